@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# hpkvm: a thin driver around ./configure and QEMU's own ninja build.
+#   make        configure (first time) and build
+#   make run    build and boot the built-in guest under -accel hpkvm
+#   make check  build and run hpkvm's unit tests and qtests
+#   make clean  remove build/
+
+BUILD := build/qemu
+QEMU := $(BUILD)/qemu-system-x86_64
+GUEST := $(BUILD)/tests/hpkvm-guest/hpkvm-guest.elf
+
+# What "make run" boots.  host,-arch-capabilities: some paravirtual
+# nested KVMs (PVM) advertise IA32_ARCH_CAPABILITIES and then refuse the
+# value QEMU writes; the guest does not need it.
+RUN_ACCEL ?= hpkvm
+RUN_CPU ?= host,-arch-capabilities
+RUN_SMP ?= 2
+RUN_TIMEOUT ?= 120
+
+# The targets "make check" builds: QEMU and hpkvm's tests, not every test
+# QEMU has.
+CHECK_TARGETS := qemu-system-x86_64 \
+	tests/hpkvm-guest/hpkvm-guest.elf \
+	tests/qtest/hpkvm-accel-test \
+	tests/unit/test-hpkvm-accel-opts
+
+.PHONY: all build configure run check clean
+
+all: build
+
+$(BUILD)/build.ninja:
+	./configure
+
+# Re-lay the overlay each time: new files of ours and changed patches
+# are picked up; QEMU's configure only runs again when its arguments
+# change.
+configure:
+	@./configure --no-install-deps >/dev/null
+
+build: $(BUILD)/build.ninja configure
+	ninja -C $(BUILD) qemu-system-x86_64 tests/hpkvm-guest/hpkvm-guest.elf
+
+run: build
+	@/usr/bin/python3 scripts/hpkvm/run-guest.py $(QEMU) $(GUEST) $(RUN_TIMEOUT) \
+		-accel $(RUN_ACCEL) -cpu $(RUN_CPU) -smp $(RUN_SMP)
+
+check: $(BUILD)/build.ninja configure
+	ninja -C $(BUILD) $(CHECK_TARGETS)
+	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
+
+clean:
+	rm -rf build

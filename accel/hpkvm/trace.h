@@ -1,0 +1,1 @@
+#include "trace/trace-accel_hpkvm.h"

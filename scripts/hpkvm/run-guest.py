@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Boot hpkvm's built-in guest and report its result and the accelerator.
+
+    run-guest.py QEMU GUEST TIMEOUT [QEMU-ARGS...]
+
+QEMU starts paused; QMP says which accelerator is in charge; then the
+guest runs, prints one result line on COM1 and ends QEMU through
+isa-debug-exit: exit status 1 means it passed, 3 that it failed.
+Exits 0 when the guest passed.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def qmp_session(path, deadline):
+    """Connect to QEMU's QMP socket and leave capabilities negotiation."""
+    while True:
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            break
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    stream = sock.makefile("rw")
+    json.loads(stream.readline())                       # greeting
+
+    def execute(cmd):
+        stream.write(json.dumps({"execute": cmd}) + "\n")
+        stream.flush()
+        while True:
+            msg = json.loads(stream.readline())
+            if "return" in msg:
+                return msg["return"]
+            if "error" in msg:
+                raise RuntimeError(f"{cmd}: {msg['error']['desc']}")
+
+    execute("qmp_capabilities")
+    return sock, execute
+
+
+def main():
+    qemu, guest, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    extra = sys.argv[4:]
+    with tempfile.TemporaryDirectory(prefix="hpkvm-run-") as tmp:
+        qmp_path = os.path.join(tmp, "qmp.sock")
+        cmd = [qemu, *extra, "-S", "-machine", "pc", "-kernel", guest,
+               "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+               "-display", "none", "-serial", "stdio", "-monitor", "none",
+               "-qmp", f"unix:{qmp_path},server=on,wait=off"]
+        print("hpkvm: running", " ".join(cmd), flush=True)
+        proc = subprocess.Popen(cmd)
+        deadline = time.monotonic() + timeout
+        try:
+            sock, execute = qmp_session(qmp_path, deadline)
+            hpkvm = execute("query-hpkvm")["enabled"]
+            kvm = execute("query-kvm")["enabled"]
+            accel = "hpkvm" if hpkvm else ("kvm" if kvm else "tcg")
+            print(f"hpkvm: accelerator in use: {accel} "
+                  f"(query-hpkvm enabled={hpkvm}, query-kvm enabled={kvm})",
+                  flush=True)
+            execute("cont")
+            status = proc.wait(max(1.0, deadline - time.monotonic()))
+            sock.close()
+        except (OSError, RuntimeError, ValueError) as exc:
+            if proc.poll() is None:
+                proc.kill()
+            status = proc.wait()
+            print(f"hpkvm: QEMU failed before the guest ran ({exc}); "
+                  f"exit status {status}", file=sys.stderr)
+            return 1
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            print(f"hpkvm: guest did not finish within {timeout:.0f} s",
+                  file=sys.stderr)
+            return 1
+    if status == 1:
+        print("hpkvm: guest passed")
+        return 0
+    print(f"hpkvm: guest failed (QEMU exit status {status})", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,510 @@
+/*
+ * hpkvm test guest: a bare-metal x86 guest of our own
+ *
+ * It brings up every vCPU, has each report in to the boot CPU by IPI,
+ * fires one LAPIC timer interrupt (TSC-deadline mode where the CPU has
+ * it, one-shot otherwise), prints one result line on COM1 and ends QEMU
+ * through isa-debug-exit.  It needs no firmware services beyond what
+ * SeaBIOS and QEMU's multiboot loader leave behind, and few VM exits, so
+ * it finishes in well under a second even under a nested KVM where one
+ * exit costs ~20k cycles.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "guest.h"
+
+#define COM1            0x3f8
+#define PIC1_DATA       0x21
+#define PIC2_DATA       0xa1
+#define FW_CFG_CTL      0x510
+#define FW_CFG_DATA     0x511
+#define FW_CFG_NB_CPUS  0x05
+
+#define MSR_APIC_BASE   0x1b
+#define MSR_TSC_DEADLINE 0x6e0
+#define MSR_X2APIC_BASE 0x800
+
+#define APIC_BASE_EXTD  (1u << 10)
+#define APIC_BASE_EN    (1u << 11)
+
+#define LAPIC_BASE      0xfee00000u
+#define LAPIC_ID        0x020
+#define LAPIC_EOI       0x0b0
+#define LAPIC_SVR       0x0f0
+#define LAPIC_ICR_LO    0x300
+#define LAPIC_ICR_HI    0x310
+#define LAPIC_LVT_TIMER 0x320
+#define LAPIC_TIMER_ICR 0x380
+#define LAPIC_TIMER_DCR 0x3e0
+
+#define ICR_FIXED       0x00000
+#define ICR_INIT        0x00500
+#define ICR_STARTUP     0x00600
+#define ICR_ASSERT      0x04000
+#define ICR_BUSY        0x01000
+#define ICR_ALL_BUT_SELF 0xc0000
+
+#define LVT_TSC_DEADLINE (2u << 17)
+#define SVR_ENABLE      0x100
+
+#define VEC_REPORT      0x40
+#define VEC_TIMER       0x41
+#define VEC_SPURIOUS    0xff
+
+/* Generous bounds in TSC cycles: seconds on any host, including TCG. */
+#define AP_WAIT_CYCLES      20000000000ull
+#define TIMER_WAIT_CYCLES   20000000000ull
+#define TIMER_DELTA_CYCLES  2000000ull
+#define ONESHOT_COUNT       100000u
+
+struct interrupt_frame {
+    uint64_t rip;
+    uint64_t cs;
+    uint64_t rflags;
+    uint64_t rsp;
+    uint64_t ss;
+};
+
+extern char trampoline_start[], trampoline_end[];
+
+static volatile uint32_t reports;
+static volatile uint32_t report_lock;
+static bool x2apic;
+static volatile uint32_t reported_apic_id[MAX_CPUS];
+static volatile uint64_t timer_fired_tsc;
+static volatile uint32_t timer_fired;
+static uint32_t bsp_apic_id;
+
+/* Port I/O, MSRs, TSC, CPUID */
+
+static inline void outb(uint16_t port, uint8_t v)
+{
+    __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port));
+}
+
+static inline void outw(uint16_t port, uint16_t v)
+{
+    __asm__ volatile("outw %0, %1" : : "a"(v), "Nd"(port));
+}
+
+static inline uint8_t inb(uint16_t port)
+{
+    uint8_t v;
+
+    __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port));
+    return v;
+}
+
+static inline uint64_t rdtsc(void)
+{
+    uint32_t lo, hi;
+
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static inline uint64_t rdmsr(uint32_t msr)
+{
+    uint32_t lo, hi;
+
+    __asm__ volatile("rdmsr" : "=a"(lo), "=d"(hi) : "c"(msr));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static inline void wrmsr(uint32_t msr, uint64_t v)
+{
+    __asm__ volatile("wrmsr" : : "c"(msr), "a"((uint32_t)v),
+                     "d"((uint32_t)(v >> 32)));
+}
+
+static inline void cpuid(uint32_t leaf, uint32_t *a, uint32_t *b,
+                         uint32_t *c, uint32_t *d)
+{
+    __asm__ volatile("cpuid" : "=a"(*a), "=b"(*b), "=c"(*c), "=d"(*d)
+                     : "a"(leaf), "c"(0));
+}
+
+/*
+ * The local APIC, in x2APIC mode (MSRs) where the CPU has it, else in
+ * xAPIC mode (MMIO).  Register offsets are the xAPIC ones.
+ */
+static inline uint32_t lapic_read(uint32_t reg)
+{
+    if (x2apic) {
+        return rdmsr(MSR_X2APIC_BASE + (reg >> 4));
+    }
+    return *(volatile uint32_t *)(uintptr_t)(LAPIC_BASE + reg);
+}
+
+static inline void lapic_write(uint32_t reg, uint32_t v)
+{
+    if (x2apic) {
+        wrmsr(MSR_X2APIC_BASE + (reg >> 4), v);
+        return;
+    }
+    *(volatile uint32_t *)(uintptr_t)(LAPIC_BASE + reg) = v;
+}
+
+static inline uint32_t lapic_id(void)
+{
+    uint32_t id = lapic_read(LAPIC_ID);
+
+    return x2apic ? id : id >> 24;
+}
+
+/* Serial output */
+
+static void putc_serial(char c)
+{
+    while (!(inb(COM1 + 5) & 0x20)) {
+        /* wait for the transmit holding register */
+    }
+    outb(COM1, c);
+}
+
+static void puts_serial(const char *s)
+{
+    while (*s) {
+        putc_serial(*s++);
+    }
+}
+
+static void putu_serial(uint64_t v)
+{
+    char buf[21];
+    int i = sizeof(buf) - 1;
+
+    buf[i] = 0;
+    do {
+        buf[--i] = '0' + v % 10;
+        v /= 10;
+    } while (v);
+    puts_serial(&buf[i]);
+}
+
+static void __attribute__((noreturn)) guest_exit(uint8_t code)
+{
+    outb(DEBUG_EXIT_PORT, code);
+    for (;;) {
+        __asm__ volatile("cli; hlt");
+    }
+}
+
+static void __attribute__((noreturn)) fail(const char *why)
+{
+    puts_serial("hpkvm-guest: FAIL ");
+    puts_serial(why);
+    puts_serial("\n");
+    guest_exit(GUEST_FAIL);
+}
+
+/* Interrupts */
+
+struct idt_gate {
+    uint16_t offset_lo;
+    uint16_t selector;
+    uint8_t ist;
+    uint8_t type_attr;
+    uint16_t offset_mid;
+    uint32_t offset_hi;
+    uint32_t reserved;
+} __attribute__((packed));
+
+static struct idt_gate idt[256] __attribute__((aligned(8)));
+
+static struct {
+    uint16_t limit;
+    uint64_t base;
+} __attribute__((packed)) idt_desc = { sizeof(idt) - 1, (uint64_t)idt };
+
+static void set_gate(int vec, void *handler)
+{
+    uint64_t addr = (uint64_t)handler;
+
+    idt[vec].offset_lo = addr & 0xffff;
+    idt[vec].selector = CODE64_SEL;
+    idt[vec].ist = 0;
+    idt[vec].type_attr = 0x8e;          /* present, ring 0, interrupt gate */
+    idt[vec].offset_mid = (addr >> 16) & 0xffff;
+    idt[vec].offset_hi = addr >> 32;
+}
+
+static void __attribute__((noreturn))
+exception(uint32_t vector, struct interrupt_frame *frame)
+{
+    puts_serial("hpkvm-guest: FAIL exception ");
+    putu_serial(vector);
+    puts_serial(" at rip ");
+    putu_serial(frame->rip);
+    puts_serial(" on apic ");
+    putu_serial(lapic_id());
+    puts_serial("\n");
+    guest_exit(GUEST_FAIL);
+}
+
+/*
+ * One handler per exception vector, so the report names it.  Vectors
+ * that push an error code see it as frame->rip; they never return, so
+ * only the report is off, by one word.
+ */
+#define EXCEPTION_HANDLER(n) \
+    __attribute__((interrupt)) \
+    static void exception_##n(struct interrupt_frame *frame) \
+    { \
+        exception(n, frame); \
+    }
+EXCEPTION_HANDLER(0) EXCEPTION_HANDLER(1) EXCEPTION_HANDLER(2)
+EXCEPTION_HANDLER(3) EXCEPTION_HANDLER(4) EXCEPTION_HANDLER(5)
+EXCEPTION_HANDLER(6) EXCEPTION_HANDLER(7) EXCEPTION_HANDLER(8)
+EXCEPTION_HANDLER(9) EXCEPTION_HANDLER(10) EXCEPTION_HANDLER(11)
+EXCEPTION_HANDLER(12) EXCEPTION_HANDLER(13) EXCEPTION_HANDLER(14)
+EXCEPTION_HANDLER(15) EXCEPTION_HANDLER(16) EXCEPTION_HANDLER(17)
+EXCEPTION_HANDLER(18) EXCEPTION_HANDLER(19)
+
+static void (*const exception_handlers[])(struct interrupt_frame *) = {
+    exception_0, exception_1, exception_2, exception_3, exception_4,
+    exception_5, exception_6, exception_7, exception_8, exception_9,
+    exception_10, exception_11, exception_12, exception_13, exception_14,
+    exception_15, exception_16, exception_17, exception_18, exception_19,
+};
+
+__attribute__((interrupt))
+static void report_handler(struct interrupt_frame *frame)
+{
+    reports++;
+    lapic_write(LAPIC_EOI, 0);
+}
+
+__attribute__((interrupt))
+static void timer_handler(struct interrupt_frame *frame)
+{
+    timer_fired_tsc = rdtsc();
+    timer_fired = 1;
+    lapic_write(LAPIC_EOI, 0);
+}
+
+__attribute__((interrupt))
+static void spurious_handler(struct interrupt_frame *frame)
+{
+    /* Spurious interrupts take no EOI. */
+}
+
+static void load_idt(void)
+{
+    __asm__ volatile("lidt %0" : : "m"(idt_desc));
+}
+
+static void lapic_enable(void)
+{
+    if (x2apic) {
+        wrmsr(MSR_APIC_BASE,
+              rdmsr(MSR_APIC_BASE) | APIC_BASE_EN | APIC_BASE_EXTD);
+    }
+    lapic_write(LAPIC_SVR, SVR_ENABLE | VEC_SPURIOUS);
+}
+
+static void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo)
+{
+    if (x2apic) {
+        /* One 64-bit write; no delivery status to wait for. */
+        wrmsr(MSR_X2APIC_BASE + (LAPIC_ICR_LO >> 4),
+              ((uint64_t)dest_apic_id << 32) | icr_lo);
+        return;
+    }
+    lapic_write(LAPIC_ICR_HI, dest_apic_id << 24);
+    lapic_write(LAPIC_ICR_LO, icr_lo);
+    while (lapic_read(LAPIC_ICR_LO) & ICR_BUSY) {
+        /* wait for delivery */
+    }
+}
+
+static void delay_cycles(uint64_t cycles)
+{
+    uint64_t end = rdtsc() + cycles;
+
+    while (rdtsc() < end) {
+        __asm__ volatile("pause");
+    }
+}
+
+/* Wait with interrupts enabled until *flag reaches want or time runs out. */
+static bool wait_for(volatile uint32_t *flag, uint32_t want, uint64_t cycles)
+{
+    uint64_t end = rdtsc() + cycles;
+
+    while (*flag < want) {
+        if (rdtsc() > end) {
+            return false;
+        }
+        __asm__ volatile("sti; pause; cli");
+    }
+    return true;
+}
+
+static uint32_t fw_cfg_nb_cpus(void)
+{
+    uint32_t n;
+
+    outw(FW_CFG_CTL, FW_CFG_NB_CPUS);
+    n = inb(FW_CFG_DATA);
+    n |= (uint32_t)inb(FW_CFG_DATA) << 8;
+    return n;
+}
+
+/* Application processors */
+
+void ap_main(uint32_t slot);
+
+void ap_main(uint32_t slot)
+{
+    uint32_t before;
+
+    load_idt();
+    lapic_enable();
+    reported_apic_id[slot] = lapic_id();
+
+    /*
+     * Fixed IPIs of one vector that arrive while one is pending merge
+     * into one: report one AP at a time, each waiting for its IPI to be
+     * counted.
+     */
+    while (__atomic_exchange_n(&report_lock, 1, __ATOMIC_ACQUIRE)) {
+        __asm__ volatile("pause");
+    }
+    before = reports;
+    send_ipi(bsp_apic_id, ICR_FIXED | VEC_REPORT);
+    while (reports == before) {
+        __asm__ volatile("pause");
+    }
+    __atomic_store_n(&report_lock, 0, __ATOMIC_RELEASE);
+
+    for (;;) {
+        __asm__ volatile("cli; hlt");
+    }
+}
+
+static void start_aps(void)
+{
+    size_t len = trampoline_end - trampoline_start;
+    uint8_t *dst = (uint8_t *)(uintptr_t)TRAMPOLINE_ADDR;
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        dst[i] = trampoline_start[i];
+    }
+    /* INIT, then STARTUP twice, to every CPU but this one. */
+    send_ipi(0, ICR_ALL_BUT_SELF | ICR_ASSERT | ICR_INIT);
+    delay_cycles(10000000);
+    send_ipi(0, ICR_ALL_BUT_SELF | ICR_ASSERT | ICR_STARTUP |
+             (TRAMPOLINE_ADDR >> 12));
+    delay_cycles(200000);
+    send_ipi(0, ICR_ALL_BUT_SELF | ICR_ASSERT | ICR_STARTUP |
+             (TRAMPOLINE_ADDR >> 12));
+}
+
+/* The LAPIC timer */
+
+static bool has_feature_ecx1(int bit)
+{
+    uint32_t a, b, c, d;
+
+    cpuid(1, &a, &b, &c, &d);
+    return c & (1u << bit);
+}
+
+/*
+ * Program one timer interrupt; returns the cycles from the deadline to
+ * the handler (TSC-deadline) or from programming to the handler
+ * (one-shot).
+ */
+static uint64_t fire_timer(bool tsc_deadline)
+{
+    uint64_t start, deadline;
+
+    timer_fired = 0;
+    if (tsc_deadline) {
+        lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
+        /* Order the LVT write before the MSR write (SDM 10.5.4.1). */
+        __asm__ volatile("mfence" : : : "memory");
+        deadline = rdtsc() + TIMER_DELTA_CYCLES;
+        wrmsr(MSR_TSC_DEADLINE, deadline);
+        start = deadline;
+    } else {
+        lapic_write(LAPIC_TIMER_DCR, 0xb);      /* divide by 1 */
+        lapic_write(LAPIC_LVT_TIMER, VEC_TIMER);
+        start = rdtsc();
+        lapic_write(LAPIC_TIMER_ICR, ONESHOT_COUNT);
+    }
+    if (!wait_for(&timer_fired, 1, TIMER_WAIT_CYCLES)) {
+        fail("timer interrupt never came");
+    }
+    if (timer_fired_tsc < start) {
+        fail("timer interrupt came before its deadline");
+    }
+    return timer_fired_tsc - start;
+}
+
+void bsp_main(void);
+
+void bsp_main(void)
+{
+    uint32_t ncpus, i;
+    bool tsc_deadline;
+    uint64_t timer_cycles;
+
+    for (i = 0; i < sizeof(exception_handlers) / sizeof(exception_handlers[0]);
+         i++) {
+        set_gate(i, exception_handlers[i]);
+    }
+    set_gate(VEC_REPORT, report_handler);
+    set_gate(VEC_TIMER, timer_handler);
+    set_gate(VEC_SPURIOUS, spurious_handler);
+    load_idt();
+    x2apic = has_feature_ecx1(21);
+    /*
+     * SeaBIOS leaves the PIT ticking through the 8259 PIC, whose IRQ 0
+     * arrives at vector 8; only LAPIC interrupts are wanted here.
+     */
+    outb(PIC1_DATA, 0xff);
+    outb(PIC2_DATA, 0xff);
+    lapic_enable();
+    bsp_apic_id = lapic_id();
+
+    ncpus = fw_cfg_nb_cpus();
+    if (ncpus == 0 || ncpus > MAX_CPUS) {
+        fail("fw_cfg reports an unusable CPU count");
+    }
+    if (ncpus > 1) {
+        start_aps();
+        if (!wait_for(&reports, ncpus - 1, AP_WAIT_CYCLES)) {
+            puts_serial("hpkvm-guest: FAIL only ");
+            putu_serial(reports + 1);
+            puts_serial(" of ");
+            putu_serial(ncpus);
+            puts_serial(" cpus reported in\n");
+            guest_exit(GUEST_FAIL);
+        }
+    }
+
+    tsc_deadline = has_feature_ecx1(24);
+    timer_cycles = fire_timer(tsc_deadline);
+
+    puts_serial("hpkvm-guest: PASS cpus=");
+    putu_serial(reports + 1);
+    puts_serial("/");
+    putu_serial(ncpus);
+    puts_serial(" ipis=");
+    putu_serial(reports);
+    puts_serial(x2apic ? " apic=x2apic" : " apic=xapic");
+    puts_serial(tsc_deadline ? " timer=tsc-deadline" : " timer=oneshot");
+    puts_serial(" timer-cycles=");
+    putu_serial(timer_cycles);
+    puts_serial("\n");
+    guest_exit(GUEST_PASS);
+}
