@@ -18,10 +18,13 @@ RUN_CPU ?= host,-arch-capabilities
 RUN_SMP ?= 2
 RUN_TIMEOUT ?= 120
 
-# The targets "make check" builds: QEMU and hpkvm's tests, not every test
-# QEMU has.
-CHECK_TARGETS := qemu-system-x86_64 \
-	tests/hpkvm-guest/hpkvm-guest.elf \
+# What "make" builds: QEMU, the x86 option roms it needs for -kernel
+# (built from source; one target makes them all) and the test guest.
+RUN_TARGETS := qemu-system-x86_64 \
+	pc-bios/multiboot_dma.bin \
+	tests/hpkvm-guest/hpkvm-guest.elf
+# What "make check" builds on top: hpkvm's tests, not every test QEMU has.
+CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
 	tests/unit/test-hpkvm-accel-opts
 
@@ -39,7 +42,7 @@ configure:
 	@./configure --no-install-deps >/dev/null
 
 build: $(BUILD)/build.ninja configure
-	ninja -C $(BUILD) qemu-system-x86_64 tests/hpkvm-guest/hpkvm-guest.elf
+	ninja -C $(BUILD) $(RUN_TARGETS)
 
 run: build
 	@/usr/bin/python3 scripts/hpkvm/run-guest.py $(QEMU) $(GUEST) $(RUN_TIMEOUT) \

@@ -10,7 +10,7 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#include "guest.h"
+#include "layout.h"
 
 #define MB_MAGIC        0x1BADB002
 #define MB_FLAGS        0x00000003      /* page-align modules, memory info */

@@ -71,14 +71,18 @@ struct interrupt_frame {
     uint64_t ss;
 };
 
-extern char trampoline_start[], trampoline_end[];
+/*
+ * Shared between CPUs and interrupt handlers: accessed only through
+ * __atomic builtins.
+ */
+static uint32_t reports;
+static uint32_t report_lock;
+static uint32_t reported_apic_id[MAX_CPUS];
+static uint64_t timer_fired_tsc;
+static uint32_t timer_fired;
 
-static volatile uint32_t reports;
-static volatile uint32_t report_lock;
+/* Written by the BSP before any AP starts. */
 static bool x2apic;
-static volatile uint32_t reported_apic_id[MAX_CPUS];
-static volatile uint64_t timer_fired_tsc;
-static volatile uint32_t timer_fired;
 static uint32_t bsp_apic_id;
 
 /* Port I/O, MSRs, TSC, CPUID */
@@ -139,6 +143,7 @@ static inline uint32_t lapic_read(uint32_t reg)
     if (x2apic) {
         return rdmsr(MSR_X2APIC_BASE + (reg >> 4));
     }
+    /* MMIO: every access must reach the device. */
     return *(volatile uint32_t *)(uintptr_t)(LAPIC_BASE + reg);
 }
 
@@ -148,6 +153,7 @@ static inline void lapic_write(uint32_t reg, uint32_t v)
         wrmsr(MSR_X2APIC_BASE + (reg >> 4), v);
         return;
     }
+    /* MMIO: every access must reach the device. */
     *(volatile uint32_t *)(uintptr_t)(LAPIC_BASE + reg) = v;
 }
 
@@ -277,15 +283,15 @@ static void (*const exception_handlers[])(struct interrupt_frame *) = {
 __attribute__((interrupt))
 static void report_handler(struct interrupt_frame *frame)
 {
-    reports++;
+    __atomic_fetch_add(&reports, 1, __ATOMIC_RELEASE);
     lapic_write(LAPIC_EOI, 0);
 }
 
 __attribute__((interrupt))
 static void timer_handler(struct interrupt_frame *frame)
 {
-    timer_fired_tsc = rdtsc();
-    timer_fired = 1;
+    __atomic_store_n(&timer_fired_tsc, rdtsc(), __ATOMIC_RELAXED);
+    __atomic_store_n(&timer_fired, 1, __ATOMIC_RELEASE);
     lapic_write(LAPIC_EOI, 0);
 }
 
@@ -334,11 +340,11 @@ static void delay_cycles(uint64_t cycles)
 }
 
 /* Wait with interrupts enabled until *flag reaches want or time runs out. */
-static bool wait_for(volatile uint32_t *flag, uint32_t want, uint64_t cycles)
+static bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles)
 {
     uint64_t end = rdtsc() + cycles;
 
-    while (*flag < want) {
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < want) {
         if (rdtsc() > end) {
             return false;
         }
@@ -359,15 +365,13 @@ static uint32_t fw_cfg_nb_cpus(void)
 
 /* Application processors */
 
-void ap_main(uint32_t slot);
-
 void ap_main(uint32_t slot)
 {
     uint32_t before;
 
     load_idt();
     lapic_enable();
-    reported_apic_id[slot] = lapic_id();
+    __atomic_store_n(&reported_apic_id[slot], lapic_id(), __ATOMIC_RELAXED);
 
     /*
      * Fixed IPIs of one vector that arrive while one is pending merge
@@ -377,9 +381,9 @@ void ap_main(uint32_t slot)
     while (__atomic_exchange_n(&report_lock, 1, __ATOMIC_ACQUIRE)) {
         __asm__ volatile("pause");
     }
-    before = reports;
+    before = __atomic_load_n(&reports, __ATOMIC_ACQUIRE);
     send_ipi(bsp_apic_id, ICR_FIXED | VEC_REPORT);
-    while (reports == before) {
+    while (__atomic_load_n(&reports, __ATOMIC_ACQUIRE) == before) {
         __asm__ volatile("pause");
     }
     __atomic_store_n(&report_lock, 0, __ATOMIC_RELEASE);
@@ -425,9 +429,9 @@ static bool has_feature_ecx1(int bit)
  */
 static uint64_t fire_timer(bool tsc_deadline)
 {
-    uint64_t start, deadline;
+    uint64_t start, deadline, fired;
 
-    timer_fired = 0;
+    __atomic_store_n(&timer_fired, 0, __ATOMIC_RELAXED);
     if (tsc_deadline) {
         lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
         /* Order the LVT write before the MSR write (SDM 10.5.4.1). */
@@ -444,17 +448,16 @@ static uint64_t fire_timer(bool tsc_deadline)
     if (!wait_for(&timer_fired, 1, TIMER_WAIT_CYCLES)) {
         fail("timer interrupt never came");
     }
-    if (timer_fired_tsc < start) {
+    fired = __atomic_load_n(&timer_fired_tsc, __ATOMIC_RELAXED);
+    if (fired < start) {
         fail("timer interrupt came before its deadline");
     }
-    return timer_fired_tsc - start;
+    return fired - start;
 }
-
-void bsp_main(void);
 
 void bsp_main(void)
 {
-    uint32_t ncpus, i;
+    uint32_t ncpus, ipis, i;
     bool tsc_deadline;
     uint64_t timer_cycles;
 
@@ -484,7 +487,7 @@ void bsp_main(void)
         start_aps();
         if (!wait_for(&reports, ncpus - 1, AP_WAIT_CYCLES)) {
             puts_serial("hpkvm-guest: FAIL only ");
-            putu_serial(reports + 1);
+            putu_serial(__atomic_load_n(&reports, __ATOMIC_ACQUIRE) + 1);
             puts_serial(" of ");
             putu_serial(ncpus);
             puts_serial(" cpus reported in\n");
@@ -492,15 +495,16 @@ void bsp_main(void)
         }
     }
 
+    ipis = __atomic_load_n(&reports, __ATOMIC_ACQUIRE);
     tsc_deadline = has_feature_ecx1(24);
     timer_cycles = fire_timer(tsc_deadline);
 
     puts_serial("hpkvm-guest: PASS cpus=");
-    putu_serial(reports + 1);
+    putu_serial(ipis + 1);
     puts_serial("/");
     putu_serial(ncpus);
     puts_serial(" ipis=");
-    putu_serial(reports);
+    putu_serial(ipis);
     puts_serial(x2apic ? " apic=x2apic" : " apic=xapic");
     puts_serial(tsc_deadline ? " timer=tsc-deadline" : " timer=oneshot");
     puts_serial(" timer-cycles=");

@@ -1,5 +1,5 @@
 /*
- * hpkvm test guest: constants shared by the assembly and C parts
+ * hpkvm test guest: what boot.S and guest.c share
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -9,20 +9,14 @@
 #ifndef HPKVM_GUEST_H
 #define HPKVM_GUEST_H
 
-#define CODE32_SEL      0x08
-#define DATA_SEL        0x10
-#define CODE64_SEL      0x18
+#include <stdint.h>
+#include "layout.h"
 
-#define MAX_CPUS        64
-#define STACK_SHIFT     12
-#define STACK_SIZE      (1 << STACK_SHIFT)
+/* boot.S */
+extern char trampoline_start[], trampoline_end[];
 
-/* Below 1 MiB, 4 KiB aligned, free under SeaBIOS. */
-#define TRAMPOLINE_ADDR 0x8000
-
-/* isa-debug-exit at this port: QEMU exits with status (value << 1) | 1. */
-#define DEBUG_EXIT_PORT 0xf4
-#define GUEST_PASS      0       /* QEMU exit status 1 */
-#define GUEST_FAIL      1       /* QEMU exit status 3 */
+/* guest.c, called from boot.S */
+void bsp_main(void);
+void ap_main(uint32_t slot);
 
 #endif

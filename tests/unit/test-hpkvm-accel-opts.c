@@ -133,7 +133,8 @@ int main(int argc, char **argv)
                     test_kvm_props_carried_hpkvm_wins);
     g_test_add_func("/hpkvm/accel-opts/hpkvm-first",
                     test_hpkvm_first_keeps_its_place);
-    g_test_add_func("/hpkvm/accel-opts/tcg-first", test_tcg_before_stays_before);
+    g_test_add_func("/hpkvm/accel-opts/tcg-first",
+                    test_tcg_before_stays_before);
     g_test_add_func("/hpkvm/accel-opts/all-kvm-entries",
                     test_every_kvm_entry_folded);
     return g_test_run();

@@ -1,0 +1,28 @@
+/*
+ * hpkvm test guest: memory layout and constants shared by boot.S and C
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef HPKVM_GUEST_LAYOUT_H
+#define HPKVM_GUEST_LAYOUT_H
+
+#define CODE32_SEL      0x08
+#define DATA_SEL        0x10
+#define CODE64_SEL      0x18
+
+#define MAX_CPUS        64
+#define STACK_SHIFT     12
+#define STACK_SIZE      (1 << STACK_SHIFT)
+
+/* Below 1 MiB, 4 KiB aligned, free under SeaBIOS. */
+#define TRAMPOLINE_ADDR 0x8000
+
+/* isa-debug-exit at this port: QEMU exits with status (value << 1) | 1. */
+#define DEBUG_EXIT_PORT 0xf4
+#define GUEST_PASS      0       /* QEMU exit status 1 */
+#define GUEST_FAIL      1       /* QEMU exit status 3 */
+
+#endif
