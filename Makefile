@@ -8,7 +8,7 @@
 
 BUILD := build/qemu
 QEMU := $(BUILD)/qemu-system-x86_64
-GUEST := $(BUILD)/tests/hpkvm-guest/hpkvm-guest.elf
+GUEST := $(BUILD)/tests/hpkvm/guest/hpkvm-guest.elf
 
 # What "make run" boots.  host,-arch-capabilities: some paravirtual
 # nested KVMs (PVM) advertise IA32_ARCH_CAPABILITIES and then refuse the
@@ -22,11 +22,12 @@ RUN_TIMEOUT ?= 120
 # (built from source; one target makes them all) and the test guest.
 RUN_TARGETS := qemu-system-x86_64 \
 	pc-bios/multiboot_dma.bin \
-	tests/hpkvm-guest/hpkvm-guest.elf
+	tests/hpkvm/guest/hpkvm-guest.elf
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
-	tests/unit/test-hpkvm-accel-opts
+	tests/unit/test-hpkvm-accel-opts \
+	tests/hpkvm/nested-host/qmp-exec
 
 .PHONY: all build configure run check clean
 

@@ -44,7 +44,7 @@ static const char *guest_path(void)
     const char *path = g_getenv("HPKVM_GUEST");
 
     if (!path) {
-        path = "tests/hpkvm-guest/hpkvm-guest.elf";
+        path = "tests/hpkvm/guest/hpkvm-guest.elf";
     }
     if (!g_file_test(path, G_FILE_TEST_EXISTS)) {
         g_error("hpkvm test guest %s not found: build it (ninja) or set "

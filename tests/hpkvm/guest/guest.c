@@ -4,10 +4,17 @@
  * It brings up every vCPU, has each report in to the boot CPU by IPI,
  * fires one LAPIC timer interrupt (TSC-deadline mode where the CPU has
  * it, one-shot otherwise), prints one result line on COM1 and ends QEMU
- * through isa-debug-exit.  It needs no firmware services beyond what
- * SeaBIOS and QEMU's multiboot loader leave behind, and few VM exits, so
- * it finishes in well under a second even under a nested KVM where one
- * exit costs ~20k cycles.
+ * through isa-debug-exit.
+ *
+ * Options on the multiboot command line (-append):
+ *   halts=N   then wake the first AP N times by IPI from HLT (a workload
+ *             for counting halt exits)
+ *   hold      after the result line, halt instead of ending QEMU, so the
+ *             host can read statistics first
+ *
+ * It needs no firmware services beyond what SeaBIOS and QEMU's multiboot
+ * loader leave behind, and few VM exits, so it finishes in well under a
+ * second even under a nested KVM where one exit costs ~20k cycles.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -55,6 +62,7 @@
 
 #define VEC_REPORT      0x40
 #define VEC_TIMER       0x41
+#define VEC_WAKE        0x42
 #define VEC_SPURIOUS    0xff
 
 /* Generous bounds in TSC cycles: seconds on any host, including TCG. */
@@ -62,6 +70,7 @@
 #define TIMER_WAIT_CYCLES   20000000000ull
 #define TIMER_DELTA_CYCLES  2000000ull
 #define ONESHOT_COUNT       100000u
+#define WAKE_RETRY_CYCLES   1000000000ull
 
 struct interrupt_frame {
     uint64_t rip;
@@ -80,6 +89,7 @@ static uint32_t report_lock;
 static uint32_t reported_apic_id[MAX_CPUS];
 static uint64_t timer_fired_tsc;
 static uint32_t timer_fired;
+static uint32_t halts_entered;
 
 /* Written by the BSP before any AP starts. */
 static bool x2apic;
@@ -296,6 +306,13 @@ static void timer_handler(struct interrupt_frame *frame)
 }
 
 __attribute__((interrupt))
+static void wake_handler(struct interrupt_frame *frame)
+{
+    /* The AP counts its wake-ups itself, in halts_entered. */
+    lapic_write(LAPIC_EOI, 0);
+}
+
+__attribute__((interrupt))
 static void spurious_handler(struct interrupt_frame *frame)
 {
     /* Spurious interrupts take no EOI. */
@@ -388,8 +405,15 @@ void ap_main(uint32_t slot)
     }
     __atomic_store_n(&report_lock, 0, __ATOMIC_RELEASE);
 
+    /*
+     * Sleep in HLT, woken by IPIs.  Interrupts are off until "sti; hlt",
+     * whose STI shadow covers the HLT: an IPI sent once halts_entered has
+     * moved is taken only after this HLT, so every wake-up costs exactly
+     * one HLT.
+     */
     for (;;) {
-        __asm__ volatile("cli; hlt");
+        __atomic_fetch_add(&halts_entered, 1, __ATOMIC_RELEASE);
+        __asm__ volatile("sti; hlt; cli");
     }
 }
 
@@ -410,6 +434,83 @@ static void start_aps(void)
     delay_cycles(200000);
     send_ipi(0, ICR_ALL_BUT_SELF | ICR_ASSERT | ICR_STARTUP |
              (TRAMPOLINE_ADDR >> 12));
+}
+
+/* The multiboot command line */
+
+#define MB_INFO_CMDLINE (1u << 2)
+
+static const char *cmdline(void)
+{
+    const uint32_t *info = (const uint32_t *)(uintptr_t)multiboot_info;
+
+    if (!info || !(info[0] & MB_INFO_CMDLINE)) {
+        return "";
+    }
+    return (const char *)(uintptr_t)info[4];
+}
+
+/*
+ * The value of option "name" (as "name=value" or a bare "name", which
+ * counts as 1), or 0 if absent.
+ */
+static uint64_t option(const char *name)
+{
+    const char *p = cmdline();
+
+    while (*p) {
+        const char *n = name;
+        uint64_t v = 0;
+
+        while (*p == ' ') {
+            p++;
+        }
+        while (*n && *p == *n) {
+            p++;
+            n++;
+        }
+        if (!*n && (*p == ' ' || !*p)) {
+            return 1;
+        }
+        if (!*n && *p == '=') {
+            for (p++; *p >= '0' && *p <= '9'; p++) {
+                v = v * 10 + (*p - '0');
+            }
+            return v;
+        }
+        while (*p && *p != ' ') {
+            p++;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Wake the first AP from HLT n times: each IPI only once the AP is on its
+ * way into HLT, so that the AP executes exactly n HLTs that IPIs end.
+ * An IPI the AP has not answered within WAKE_RETRY_CYCLES is sent again
+ * and counted in *retries (a wake-up the platform lost, or a slow one).
+ * Returns the number of HLTs the AP left.
+ */
+static uint32_t wake_ap(uint32_t n, uint32_t *retries)
+{
+    uint32_t apic_id = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
+    uint32_t i;
+
+    *retries = 0;
+    if (!wait_for(&halts_entered, 1, AP_WAIT_CYCLES)) {
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        send_ipi(apic_id, ICR_FIXED | VEC_WAKE);
+        while (!wait_for(&halts_entered, i + 2, WAKE_RETRY_CYCLES)) {
+            if (++*retries > n) {
+                return __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE) - 1;
+            }
+            send_ipi(apic_id, ICR_FIXED | VEC_WAKE);
+        }
+    }
+    return __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE) - 1;
 }
 
 /* The LAPIC timer */
@@ -457,7 +558,7 @@ static uint64_t fire_timer(bool tsc_deadline)
 
 void bsp_main(void)
 {
-    uint32_t ncpus, ipis, i;
+    uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i;
     bool tsc_deadline;
     uint64_t timer_cycles;
 
@@ -467,6 +568,7 @@ void bsp_main(void)
     }
     set_gate(VEC_REPORT, report_handler);
     set_gate(VEC_TIMER, timer_handler);
+    set_gate(VEC_WAKE, wake_handler);
     set_gate(VEC_SPURIOUS, spurious_handler);
     load_idt();
     x2apic = has_feature_ecx1(21);
@@ -499,6 +601,17 @@ void bsp_main(void)
     tsc_deadline = has_feature_ecx1(24);
     timer_cycles = fire_timer(tsc_deadline);
 
+    halts = option("halts");
+    if (halts) {
+        if (ncpus < 2) {
+            fail("halts= needs a second vCPU");
+        }
+        woken = wake_ap(halts, &retries);
+        if (woken < halts) {
+            fail("the AP stopped waking up from HLT");
+        }
+    }
+
     puts_serial("hpkvm-guest: PASS cpus=");
     putu_serial(ipis + 1);
     puts_serial("/");
@@ -509,6 +622,17 @@ void bsp_main(void)
     puts_serial(tsc_deadline ? " timer=tsc-deadline" : " timer=oneshot");
     puts_serial(" timer-cycles=");
     putu_serial(timer_cycles);
+    if (halts) {
+        puts_serial(" halts=");
+        putu_serial(woken);
+        puts_serial(" wake-retries=");
+        putu_serial(retries);
+    }
     puts_serial("\n");
+    if (option("hold")) {
+        for (;;) {
+            __asm__ volatile("cli; hlt");
+        }
+    }
     guest_exit(GUEST_PASS);
 }

@@ -14,6 +14,7 @@
 
 /* boot.S */
 extern char trampoline_start[], trampoline_end[];
+extern uint32_t multiboot_info;     /* physical address, below 4 GiB */
 
 /* guest.c, called from boot.S */
 void bsp_main(void);

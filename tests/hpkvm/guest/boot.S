@@ -31,9 +31,10 @@
     .code32
     .globl _start
 _start:
-    /* Protected mode, paging off; EBX = multiboot info (unused). */
+    /* Protected mode, paging off; EBX = multiboot information. */
     cli
     movl $(bsp_stack + STACK_SIZE), %esp
+    movl %ebx, multiboot_info
     lgdt gdt_desc
     call build_page_tables
     movl $1f, %edi
@@ -158,6 +159,10 @@ gdt_desc:
     .quad gdt
 
 ap_next_slot:
+    .long 0
+
+    .globl multiboot_info
+multiboot_info:
     .long 0
 
     .bss

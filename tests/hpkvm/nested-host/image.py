@@ -1,0 +1,257 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Build the nested test host's boot image from Debian's kernel package.
+
+The image is a kernel and an initrd made of concatenated cpio pieces:
+
+- base: busybox, /init and the kernel modules the tests need; depends on
+  the kernel package only, cached across builds in the cache directory;
+- hpkvm: our built QEMU with its shared libraries and firmware, our
+  guests and helpers; rebuilt when any of them changes;
+- payload: the test's script, per run (see nested_host.py).
+"""
+
+import hashlib
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+from cpio_newc import NewcWriter
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The kernel the nested host is tested with.  Debian replaces kernel ABI
+# versions in its archive; when this one is gone, the kernel that
+# linux-image-amd64 depends on is used, and a warning says so.
+TESTED_KERNEL = "6.1.0-57-amd64"
+
+# Modules to load, in this order (dependencies are added before each).
+MODULES = [
+    "kvm", "kvm-amd", "irqbypass",
+    "tun", "tap", "vhost_iotlb", "vhost", "vhost_net",
+    "dca", "i2c-algo-bit", "igb",
+    "vfio", "vfio_iommu_type1", "vfio_virqfd", "vfio-pci-core", "vfio-pci",
+]
+
+
+def log(msg):
+    print(f"nested-host: {msg}", file=sys.stderr, flush=True)
+
+
+def default_cache_dir():
+    base = os.environ.get("HPKVM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "hpkvm")
+    return os.path.join(base, "nested-host")
+
+
+def _apt_has(pkg):
+    r = subprocess.run(["apt-cache", "show", pkg], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and "Package:" in r.stdout
+
+
+def choose_kernel():
+    if _apt_has(f"linux-image-{TESTED_KERNEL}"):
+        return TESTED_KERNEL
+    r = subprocess.run(["apt-cache", "depends", "linux-image-amd64"],
+                       capture_output=True, text=True, check=False)
+    for line in r.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("Depends: linux-image-"):
+            kver = line.split("linux-image-", 1)[1]
+            log(f"warning: kernel {TESTED_KERNEL}, the one the nested host "
+                f"is tested with, is no longer in Debian's archive; using "
+                f"{kver} (linux-image-amd64)")
+            return kver
+    raise RuntimeError(
+        "apt knows no linux-image-amd64: run 'apt-get update' (as root), "
+        "or check that Debian's archive is reachable")
+
+
+def _download(pkg, dest_dir):
+    """apt-get download pkg into dest_dir (apt verifies it); return path."""
+    os.makedirs(dest_dir, exist_ok=True)
+    for name in os.listdir(dest_dir):
+        if name.startswith(pkg + "_") and name.endswith(".deb"):
+            return os.path.join(dest_dir, name)
+    log(f"downloading {pkg}")
+    r = subprocess.run(["apt-get", "download", "-q", pkg], cwd=dest_dir,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"apt-get download {pkg} failed: "
+                           f"{r.stderr.strip()}")
+    return _download(pkg, dest_dir)
+
+
+def _unpack(deb, dest):
+    if not os.path.isdir(dest):
+        tmp = dest + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["dpkg-deb", "-x", deb, tmp], check=True)
+        os.replace(tmp, dest)
+    return dest
+
+
+def _modinfo(ko):
+    """The .modinfo section of an ELF64 kernel module: {key: [values]}."""
+    with open(ko, "rb") as f:
+        elf = f.read()
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3a)
+
+    def section(i):
+        name, _, _, _, off, size = struct.unpack_from(
+            "<IIQQQQ", elf, shoff + i * shentsize)
+        return name, off, size
+
+    _, stroff, _ = section(shstrndx)
+    info = {}
+    for i in range(shnum):
+        name, off, size = section(i)
+        if elf[stroff + name:].split(b"\0", 1)[0] != b".modinfo":
+            continue
+        for item in elf[off:off + size].split(b"\0"):
+            key, sep, val = item.decode(errors="replace").partition("=")
+            if sep:
+                info.setdefault(key, []).extend(
+                    v for v in val.split(",") if v)
+    return info
+
+
+def _module_closure(moddir, names):
+    """Module paths to insmod, dependencies first.
+
+    The package has no modules.dep (depmod makes it at install time), and
+    kmod's modinfo may be missing, so the dependencies come from each
+    module's own .modinfo section.
+    """
+    by_name = {}
+    for root, _, files in os.walk(os.path.join(moddir, "kernel")):
+        for f in files:
+            if ".ko" in f:
+                name = f.split(".ko")[0].replace("-", "_")
+                by_name[name] = os.path.relpath(os.path.join(root, f),
+                                                moddir)
+    order = []
+
+    def visit(name):
+        path = by_name.get(name.replace("-", "_"))
+        if not path:
+            raise RuntimeError(f"kernel has no module {name}")
+        if path in order:
+            return
+        for dep in _modinfo(os.path.join(moddir, path)).get("depends", []):
+            visit(dep)
+        order.append(path)
+
+    for n in names:
+        visit(n)
+    return order
+
+
+def _sha(*parts):
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else p.encode())
+    return h.hexdigest()[:16]
+
+
+def build_base(cache, kver):
+    """Kernel image and base cpio (busybox, /init, modules); cached."""
+    debs = os.path.join(cache, "debs")
+    kpkg = _unpack(_download(f"linux-image-{kver}", debs),
+                   os.path.join(cache, f"linux-image-{kver}"))
+    bpkg = _unpack(_download("busybox-static", debs),
+                   os.path.join(cache, "busybox-static"))
+    with open(os.path.join(HERE, "init.sh"), "rb") as f:
+        init = f.read()
+    tag = _sha(kver, init, " ".join(MODULES))
+    out = os.path.join(cache, f"base-{kver}-{tag}.cpio")
+    vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
+    if os.path.exists(out):
+        return vmlinuz, out
+
+    moddir = os.path.join(kpkg, "lib", "modules", kver)
+    w = NewcWriter()
+    for d in ("proc", "sys", "dev", "tmp", "run", "root", "etc", "sbin",
+              "usr/bin", "usr/sbin"):
+        w.add_dir(d)
+    w.add_file("bin/busybox", os.path.join(bpkg, "bin", "busybox"), 0o755)
+    w.add_bytes("init", init, 0o755)
+    order = _module_closure(moddir, MODULES)
+    for rel in order:
+        w.add_file(f"lib/modules/{kver}/{rel}", os.path.join(moddir, rel))
+    w.add_bytes("etc/nested-host/modules",
+                "".join(f"/lib/modules/{kver}/{rel}\n" for rel in order)
+                .encode())
+    w.write(out)
+    return vmlinuz, out
+
+
+def _ldd(binary):
+    r = subprocess.run(["ldd", binary], capture_output=True, text=True,
+                       check=True)
+    libs = []
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
+            libs.append(parts[2])
+        elif parts and parts[0].startswith("/"):
+            libs.append(parts[0])           # the dynamic loader
+    return libs
+
+
+def hpkvm_inputs(build):
+    """Files of our build that go into the image: (path in image, host)."""
+    qemu = os.path.join(build, "qemu-system-x86_64")
+    files = [("hpkvm/bin/qemu-system-x86_64", qemu)]
+    for lib in _ldd(qemu):
+        files.append((lib.lstrip("/"), lib))
+    # Firmware as the build tree sees it: qemu-bundle mirrors the installed
+    # layout, relative to the binary's directory.
+    bundle = os.path.join(build, "qemu-bundle")
+    for top in ("usr/local/share/qemu", "usr/share/seabios",
+                "usr/lib/ipxe/qemu"):
+        src = os.path.join(bundle, top)
+        if not os.path.isdir(src):
+            continue
+        for root, _, names in os.walk(src, followlinks=True):
+            for n in names:
+                host = os.path.join(root, n)
+                rel = os.path.relpath(host, bundle)
+                if rel.startswith("usr/local/share/qemu/trace-events"):
+                    continue
+                files.append((f"hpkvm/bin/qemu-bundle/{rel}", host))
+    for name in ("hpkvm-guest.elf",):
+        files.append((f"hpkvm/guests/{name}",
+                      os.path.join(build, "tests/hpkvm/guest", name)))
+    files.append(("hpkvm/bin/qmp-exec",
+                  os.path.join(build, "tests/hpkvm/nested-host/qmp-exec")))
+    return files
+
+
+def build_hpkvm(build, out):
+    """The cpio of our build; rebuilt when an input is newer."""
+    files = hpkvm_inputs(build)
+    for _, host in files:
+        if not os.path.exists(host):
+            raise RuntimeError(f"{host} is missing: build it first (make)")
+    if os.path.exists(out):
+        newest = max(os.stat(h).st_mtime for _, h in files)
+        if os.stat(out).st_mtime >= newest:
+            return out
+    log("packing hpkvm's build into the nested host image")
+    w = NewcWriter()
+    for path, host in files:
+        w.add_file(path, host)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    # Debug info is most of QEMU's size and of no use inside.
+    stripped = out + ".qemu"
+    subprocess.run(["objcopy", "--strip-debug", files[0][1], stripped],
+                   check=True)
+    w.add_file(files[0][0], stripped, 0o755)
+    w.write(out)
+    os.unlink(stripped)
+    return out

@@ -1,0 +1,76 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# /init of the nested test host: set up a minimal root, load the modules
+# hpkvm's tests need, optionally create SR-IOV VFs and bind some of them to
+# vfio-pci, run /payload/run.sh as root with its output on the second
+# serial port (ttyS1), report its exit status there, and power off.
+#
+# Kernel command line:
+#   nested_host.vfs=N        create N VFs on the igb PF (0: none)
+#   nested_host.vfio_vfs=M   bind the first M of them to vfio-pci
+
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/hpkvm/bin
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+
+out=/dev/ttyS1
+log() {
+    echo "nested-host: $*" > /dev/ttyS0
+}
+
+while read -r m; do
+    insmod "$m" 2> /dev/ttyS0 || log "insmod $m failed"
+done < /etc/nested-host/modules
+
+param() {
+    for arg in $(cat /proc/cmdline); do
+        case "$arg" in
+        "nested_host.$1="*) echo "${arg#*=}"; return ;;
+        esac
+    done
+    echo 0
+}
+
+vfs=$(param vfs)
+vfio_vfs=$(param vfio_vfs)
+if [ "$vfs" -gt 0 ]; then
+    pf=
+    for dev in /sys/bus/pci/devices/*; do
+        if [ "$(basename "$(readlink "$dev/driver" 2>/dev/null)")" = igb ] &&
+           [ -f "$dev/sriov_numvfs" ]; then
+            pf=$dev
+            break
+        fi
+    done
+    if [ -z "$pf" ]; then
+        log "no igb PF with SR-IOV"
+    else
+        echo "$vfs" > "$pf/sriov_numvfs" || log "cannot create $vfs VFs"
+        i=0
+        while [ "$i" -lt "$vfio_vfs" ]; do
+            vf=$(basename "$(readlink "$pf/virtfn$i")")
+            [ -e "/sys/bus/pci/devices/$vf/driver" ] &&
+                echo "$vf" > "/sys/bus/pci/devices/$vf/driver/unbind"
+            echo vfio-pci > "/sys/bus/pci/devices/$vf/driver_override"
+            echo "$vf" > /sys/bus/pci/drivers_probe
+            i=$((i + 1))
+        done
+    fi
+fi
+
+export HPKVM_GUEST=/hpkvm/guests/hpkvm-guest.elf
+cd /tmp
+sh /payload/run.sh > "$out" 2>&1 < /dev/null
+status=$?
+echo "NESTED-HOST-EXIT $status" > "$out"
+sync
+poweroff -f

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The nested test host: real KVM, vhost-net, VFIO and SR-IOV for tests.
+
+This machine's own /dev/kvm may be a nested paravirtual KVM without
+vhost-net, VFIO or SR-IOV.  The nested host is Debian's generic kernel
+booted under hpkvm's own QEMU with TCG (q35, VT-d with interrupt
+remapping, an igb NIC with SR-IOV): inside it, KVM (SVM semantics, from
+TCG), vhost-net, VFIO and SR-IOV are the kernel's real code paths.  Exit
+counts and behaviour there are meaningful; timings are not (TCG).
+
+One line runs a shell script inside it, as root, and returns its output
+and exit status:
+
+    from nested_host import run
+    result = run("qemu-system-x86_64 -accel hpkvm ...", cpus=2)
+
+or from a shell:
+
+    tests/hpkvm/nested-host/nested_host.py run [OPTIONS] -- 'SCRIPT'
+
+Inside, PATH has our QEMU (qemu-system-x86_64) and qmp-exec, and
+$HPKVM_GUEST is our test guest.
+"""
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import image  # noqa: E402
+from cpio_newc import NewcWriter  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_BUILD = os.path.normpath(os.path.join(HERE, "../../../build/qemu"))
+EXIT_MARK = "NESTED-HOST-EXIT "
+
+
+class NestedHostError(RuntimeError):
+    """The nested host could not run the payload to its end."""
+
+
+@dataclasses.dataclass
+class Result:
+    status: int             # the payload's exit status
+    output: str             # what it printed (stdout and stderr)
+    console: str            # the nested host's kernel console
+    seconds: float          # wall time of the whole boot
+
+
+def build_dir():
+    return os.environ.get("HPKVM_BUILD", DEFAULT_BUILD)
+
+
+def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
+        timeout=600, files=None, build=None, cache=None):
+    """Boot the nested host, run script in it, return a Result.
+
+    cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
+    iommu: emulated VT-d with interrupt remapping;
+    vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
+    vfio_vfs of them bound to vfio-pci (vfs=0: no NIC);
+    files: {path inside: bytes} added next to the script in /payload;
+    timeout: seconds for the whole run; NestedHostError past it.
+    """
+    build = build or build_dir()
+    cache = cache or image.default_cache_dir()
+    kver = image.choose_kernel()
+    vmlinuz, base = image.build_base(cache, kver)
+    hpkvm = image.build_hpkvm(build, os.path.join(build, "..",
+                                                  "nested-host",
+                                                  "hpkvm.cpio"))
+    qemu = os.path.join(build, "qemu-system-x86_64")
+
+    with tempfile.TemporaryDirectory(prefix="nested-host-") as tmp:
+        payload = os.path.join(tmp, "payload.cpio")
+        w = NewcWriter()
+        w.add_bytes("payload/run.sh", script.encode(), 0o755)
+        for path, data in (files or {}).items():
+            w.add_bytes(f"payload/{path}", data, 0o755)
+        w.write(payload)
+        initrd = os.path.join(tmp, "initrd")
+        with open(initrd, "wb") as out:
+            for piece in (base, hpkvm, payload):
+                with open(piece, "rb") as f:
+                    shutil.copyfileobj(f, out)
+
+        console = os.path.join(tmp, "console.log")
+        output = os.path.join(tmp, "payload.log")
+        append = ["console=ttyS0", "panic=-1", "quiet",
+                  f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}"]
+        machine = "q35"
+        if iommu:
+            append.append("intel_iommu=on")
+            machine += ",kernel-irqchip=split"
+        cmd = [qemu, "-accel", "tcg", "-cpu", "max", "-machine", machine,
+               "-m", mem, "-smp", str(cpus), "-nodefaults",
+               "-display", "none", "-no-reboot",
+               "-kernel", vmlinuz, "-initrd", initrd,
+               "-append", " ".join(append),
+               "-chardev", f"file,id=con,path={console}",
+               "-serial", "chardev:con",
+               "-chardev", f"file,id=out,path={output}",
+               "-serial", "chardev:out"]
+        if iommu:
+            cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on"]
+        if vfs:
+            cmd += ["-device", "pcie-root-port,id=rp0,chassis=1",
+                    "-device", "igb,bus=rp0"]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True,
+                                  timeout=timeout)
+            err = proc.stderr
+        except subprocess.TimeoutExpired as e:
+            err = f"timed out after {timeout} s; {e.stderr or ''}"
+        seconds = time.monotonic() - start
+        con = _read(console)
+        out = _read(output)
+
+    lines = out.splitlines()
+    if not lines or not lines[-1].startswith(EXIT_MARK):
+        raise NestedHostError(
+            f"the nested host did not finish its payload ({err.strip()})\n"
+            f"--- console (last lines) ---\n"
+            + "\n".join(con.splitlines()[-30:]) +
+            "\n--- payload output ---\n" + out)
+    status = int(lines[-1][len(EXIT_MARK):])
+    return Result(status, "\n".join(lines[:-1]) + "\n", con, seconds)
+
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().replace("\r", "")
+    except FileNotFoundError:
+        return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run a shell script inside")
+    r.add_argument("--cpus", type=int, default=2)
+    r.add_argument("--mem", default="2G")
+    r.add_argument("--no-iommu", action="store_true")
+    r.add_argument("--vfs", type=int, default=0)
+    r.add_argument("--vfio-vfs", type=int, default=0)
+    r.add_argument("--timeout", type=float, default=600)
+    r.add_argument("--console", action="store_true",
+                   help="print the nested host's kernel console too")
+    r.add_argument("script", nargs="+", help="shell script (words joined)")
+    args = ap.parse_args()
+    try:
+        res = run(" ".join(args.script), cpus=args.cpus, mem=args.mem,
+                  iommu=not args.no_iommu, vfs=args.vfs,
+                  vfio_vfs=args.vfio_vfs, timeout=args.timeout)
+    except (NestedHostError, RuntimeError) as e:
+        print(f"nested-host: {e}", file=sys.stderr)
+        return 125
+    if args.console:
+        sys.stderr.write(res.console)
+    sys.stdout.write(res.output)
+    print(f"nested-host: payload exit status {res.status} "
+          f"({res.seconds:.1f} s)", file=sys.stderr)
+    return res.status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

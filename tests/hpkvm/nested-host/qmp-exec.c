@@ -1,0 +1,96 @@
+/*
+ * qmp-exec: send QMP commands to a QEMU and print the replies
+ *
+ *   qmp-exec SOCKET COMMAND-JSON...
+ *
+ * Inside the nested test host there is no Python and busybox's nc cannot
+ * speak to a unix socket, so payload scripts use this: it connects, leaves
+ * capabilities negotiation, sends each command and prints each reply as
+ * one line of JSON (events are skipped).  A command given as a bare name
+ * ("quit") is wrapped as {"execute": NAME}.  Exits 1 if a reply is an
+ * error or the connection fails.  Built static, it needs no library.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static FILE *in;
+static FILE *out;
+
+/* Read one reply line, skipping asynchronous events. */
+static char *read_reply(void)
+{
+    static char *line;
+    static size_t cap;
+
+    for (;;) {
+        if (getline(&line, &cap, in) < 0) {
+            return NULL;
+        }
+        if (!strstr(line, "\"event\"")) {
+            return line;
+        }
+    }
+}
+
+static bool execute(const char *cmd, bool print)
+{
+    char *reply;
+
+    if (cmd[0] == '{') {
+        fprintf(out, "%s\n", cmd);
+    } else {
+        fprintf(out, "{\"execute\": \"%s\"}\n", cmd);
+    }
+    fflush(out);
+    reply = read_reply();
+    if (!reply) {
+        /* "quit" closes the connection; anything else should not. */
+        return strstr(cmd, "quit") != NULL;
+    }
+    if (print) {
+        fputs(reply, stdout);
+    }
+    return strstr(reply, "\"return\"") != NULL;
+}
+
+int main(int argc, char **argv)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    bool ok = true;
+    int fd, i;
+
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s SOCKET COMMAND-JSON...\n", argv[0]);
+        return 2;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || strlen(argv[1]) >= sizeof(addr.sun_path)) {
+        perror("qmp-exec: socket");
+        return 1;
+    }
+    strcpy(addr.sun_path, argv[1]);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        perror("qmp-exec: connect");
+        return 1;
+    }
+    in = fdopen(fd, "r");
+    out = fdopen(dup(fd), "w");
+    if (!in || !out || !read_reply() || !execute("qmp_capabilities", false)) {
+        fprintf(stderr, "qmp-exec: no QMP greeting on %s\n", argv[1]);
+        return 1;
+    }
+    for (i = 2; i < argc; i++) {
+        ok &= execute(argv[i], true);
+    }
+    return ok ? 0 : 1;
+}

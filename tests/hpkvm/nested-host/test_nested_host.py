@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Tests of the nested test host: what it gives must be real.
+
+- -accel hpkvm runs our guest on the nested host's KVM, and passes;
+- KVM_CAP_X86_DISABLE_EXITS with HLT works: the halting vCPU's halt exits
+  (query-stats) are >= 1 per HLT without it and ~0 with it, in one run;
+- a tap with vhost=on starts the kernel's vhost worker, and SR-IOV VFs
+  bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
+  opens.
+
+Prints TAP.  Each test boots the nested host once (~4 s to the shell;
+the rest is TCG running KVM).
+"""
+
+import json
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from nested_host import run  # noqa: E402
+
+# The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
+# by the payloads.
+PAYLOAD_LIB = r"""
+guest_qemu() {
+    rm -f /tmp/qmp.sock /tmp/serial.log
+    qemu-system-x86_64 -machine pc -smp 2 -S \
+        -kernel "$HPKVM_GUEST" -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+        -display none -monitor none -serial file:/tmp/serial.log \
+        -qmp unix:/tmp/qmp.sock,server=on,wait=off "$@" &
+    qemu_pid=$!
+    i=0
+    while [ ! -S /tmp/qmp.sock ]; do
+        sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && return 1
+    done
+    return 0
+}
+wait_serial() {
+    i=0
+    while ! grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/serial.log 2>/dev/null; do
+        sleep 0.2; i=$((i + 1)); [ $i -gt 1500 ] && break
+    done
+    echo "serial: $(cat /tmp/serial.log)"
+}
+"""
+
+HALTS = 200
+
+tests = []
+
+
+def test(fn):
+    tests.append(fn)
+    return fn
+
+
+def lines_with(output, prefix):
+    return [line[len(prefix):] for line in output.splitlines()
+            if line.startswith(prefix)]
+
+
+@test
+def hpkvm_runs_our_guest_on_real_kvm():
+    res = run(PAYLOAD_LIB + r"""
+guest_qemu -accel hpkvm -cpu host || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+echo "kvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-kvm"}')"
+qmp-exec /tmp/qmp.sock cont > /dev/null
+wait $qemu_pid
+echo "status: $?"
+wait_serial
+""")
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    kvm = json.loads(lines_with(res.output, "kvm: ")[0])["return"]
+    assert hp == {"enabled": True, "present": True}, hp
+    assert kvm["enabled"] is True, kvm
+    assert lines_with(res.output, "status: ") == ["1"], "guest did not pass"
+    serial = lines_with(res.output, "serial: ")[0]
+    assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
+    assert "timer=tsc-deadline" in serial, serial
+
+
+@test
+def disable_exits_hlt_removes_halt_exits():
+    stats_cmd = json.dumps({
+        "execute": "query-stats",
+        "arguments": {"target": "vcpu", "providers": [
+            {"provider": "kvm", "names": ["halt_exits", "exits"]}]}})
+    res = run(PAYLOAD_LIB + r"""
+for mode in exits-on exits-off; do
+    extra=
+    [ $mode = exits-off ] && extra="-overcommit cpu-pm=on"
+    guest_qemu -accel kvm -cpu host -append "halts=%d hold" $extra || exit 1
+    qmp-exec /tmp/qmp.sock cont > /dev/null
+    echo "$mode $(wait_serial)"
+    echo "$mode cpus: $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
+    echo "$mode stats: $(qmp-exec /tmp/qmp.sock '%s')"
+    qmp-exec /tmp/qmp.sock quit > /dev/null
+    wait $qemu_pid
+done
+""" % (HALTS, stats_cmd))
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    halt_exits = {}
+    for mode in ("exits-on", "exits-off"):
+        serial = lines_with(res.output, f"{mode} serial: ")[0]
+        assert f"halts={HALTS}" in serial, serial
+        cpus = json.loads(lines_with(res.output, f"{mode} cpus: ")[0])
+        ap_path = [c["qom-path"] for c in cpus["return"]
+                   if c["cpu-index"] == 1][0]
+        stats = json.loads(lines_with(res.output, f"{mode} stats: ")[0])
+        for vcpu in stats["return"]:
+            if vcpu["qom-path"] == ap_path:
+                values = {s["name"]: s["value"] for s in vcpu["stats"]}
+                halt_exits[mode] = values["halt_exits"]
+                print(f"# {mode}: AP halt_exits {values['halt_exits']} "
+                      f"exits {values['exits']} for {HALTS} HLTs")
+    assert halt_exits["exits-on"] >= HALTS, halt_exits
+    assert halt_exits["exits-off"] <= HALTS // 20, halt_exits
+
+
+@test
+def vhost_net_starts_and_vfio_vfs_are_usable():
+    res = run(PAYLOAD_LIB + r"""
+guest_qemu -accel kvm -cpu host \
+    -netdev tap,id=n0,ifname=hptap0,script=no,downscript=no,vhost=on,vhostforce=on \
+    -device virtio-net-pci,netdev=n0 || exit 1
+sleep 1
+echo "vhost-worker: $(ps -o pid,comm,args | grep -c "\[vhost-$qemu_pid\]")"
+echo "tap: $(cat /sys/class/net/hptap0/tun_flags 2>/dev/null)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+for d in /sys/bus/pci/devices/*; do
+    [ -e "$d/physfn" ] || continue
+    drv=$(basename "$(readlink "$d/driver")" 2>/dev/null)
+    pf_drv=$(basename "$(readlink "$d/physfn/driver")")
+    group=$(basename "$(readlink "$d/iommu_group")" 2>/dev/null)
+    opens=no
+    if [ -n "$group" ] && (exec 3<> "/dev/vfio/$group") 2>/dev/null; then
+        opens=yes
+    fi
+    echo "vf: $(basename $d) driver=$drv pf_driver=$pf_drv group=$group opens=$opens"
+done
+""", vfs=7, vfio_vfs=2)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "vhost-worker: ") == ["1"], \
+        "no vhost worker thread for QEMU's tap with vhost=on"
+    vfs = lines_with(res.output, "vf: ")
+    assert len(vfs) == 7, vfs
+    bound = [v for v in vfs if "driver=vfio-pci" in v]
+    assert len(bound) == 2, vfs
+    for v in bound:
+        assert "pf_driver=igb" in v and "opens=yes" in v, v
+
+
+def main():
+    print(f"1..{len(tests)}")
+    failed = 0
+    for i, fn in enumerate(tests, 1):
+        name = fn.__name__.replace("_", "-")
+        try:
+            fn()
+            print(f"ok {i} - {name}", flush=True)
+        except Exception:  # report and go on to the next test
+            failed += 1
+            print("# " + traceback.format_exc().replace("\n", "\n# "))
+            print(f"not ok {i} - {name}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
