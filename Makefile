@@ -26,6 +26,8 @@ RUN_TARGETS := qemu-system-x86_64 \
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
+	tests/qtest/hpkvm-negotiate-test \
+	tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so \
 	tests/unit/test-hpkvm-accel-opts \
 	tests/hpkvm/nested-host/qmp-exec
 

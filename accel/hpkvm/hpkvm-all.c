@@ -2,8 +2,10 @@
  * hpkvm accelerator: KVM with dedicated host cores and (almost) no VM exits
  *
  * hpkvm-accel is a QOM subclass of kvm-accel.  It inherits everything KVM
- * does (properties, vCPU loop, kvm_enabled()) and adds, around KVM's own
- * machine initialisation, what hpkvm negotiates with the host.
+ * does (properties, vCPU loop, kvm_enabled()) and adds one on|off|auto
+ * property per feature it negotiates with a patched host KVM, around
+ * KVM's own machine initialisation.  The negotiation itself happens when
+ * the first vCPU is created (hpkvm-negotiate.c).
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -13,23 +15,48 @@
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
 #include "qemu/module.h"
+#include "qapi/error.h"
+#include "qapi/visitor.h"
+#include "qapi/qapi-visit-common.h"
 #include "hw/boards.h"
-#include "system/kvm_int.h"
-#include "system/hpkvm.h"
+#include "hpkvm-internal.h"
 #include "trace.h"
 
-typedef struct HPKVMState {
-    KVMState parent_obj;
-} HPKVMState;
+static const char *const feature_descriptions[HPKVM_FEATURE__MAX] = {
+    [HPKVM_FEATURE_EXCLUSIVE_CORES] =
+        "each vCPU on its own host core, bound by the kernel (on|off|auto)",
+    [HPKVM_FEATURE_IRQ_PASSTHROUGH] =
+        "external interrupts to the guest without VM exits (on|off|auto)",
+    [HPKVM_FEATURE_TIMER_PASSTHROUGH] =
+        "the LAPIC TSC-deadline timer passed to the guest (on|off|auto)",
+    [HPKVM_FEATURE_IPI_FASTPATH] =
+        "minimal exit path for guest IPIs (on|off|auto)",
+    [HPKVM_FEATURE_VFIO_IRTE] =
+        "VFIO interrupts remapped straight to the vCPU (on|off|auto)",
+    [HPKVM_FEATURE_DYNAMIC_NOHZ] =
+        "host tick off while a vCPU runs (on|off|auto)",
+};
 
-typedef struct HPKVMAccelClass {
-    AccelClass parent_class;
+static void hpkvm_get_feature(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+    OnOffAuto value = s->feat[(uintptr_t)opaque].requested;
 
-    /* kvm-accel's machine initialisation, which ours wraps. */
-    int (*parent_init_machine)(MachineState *ms);
-} HPKVMAccelClass;
+    visit_type_OnOffAuto(v, name, &value, errp);
+}
 
-OBJECT_DECLARE_TYPE(HPKVMState, HPKVMAccelClass, HPKVM_ACCEL)
+static void hpkvm_set_feature(Object *obj, Visitor *v, const char *name,
+                              void *opaque, Error **errp)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+    OnOffAuto value;
+
+    if (!visit_type_OnOffAuto(v, name, &value, errp)) {
+        return;
+    }
+    s->feat[(uintptr_t)opaque].requested = value;
+}
 
 /*
  * KVM's own message for a missing device ("Could not access KVM kernel
@@ -58,8 +85,9 @@ static int hpkvm_check_device(const char *path)
 static int hpkvm_init_machine(MachineState *ms)
 {
     HPKVMAccelClass *hc = HPKVM_ACCEL_GET_CLASS(ms->accelerator);
-    KVMState *s = KVM_STATE(ms->accelerator);
-    const char *device = s->device ?: "/dev/kvm";
+    HPKVMState *s = HPKVM_ACCEL(ms->accelerator);
+    KVMState *k = KVM_STATE(s);
+    const char *device = k->device ?: "/dev/kvm";
     int ret;
 
     ret = hpkvm_check_device(device);
@@ -67,28 +95,69 @@ static int hpkvm_init_machine(MachineState *ms)
         return ret;
     }
 
+    hpkvm_arch_init_machine(s);
     ret = hc->parent_init_machine(ms);
     if (ret < 0) {
         return ret;
     }
-    trace_hpkvm_init_machine(device, s->fd, s->vmfd);
+    hpkvm_arch_kvm_ready(s);
+    trace_hpkvm_init_machine(device, k->fd, k->vmfd);
     return 0;
+}
+
+static HpkvmInfo *hpkvm_query(AccelState *accel)
+{
+    return hpkvm_report(HPKVM_ACCEL(accel));
+}
+
+static void hpkvm_accel_instance_init(Object *obj)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+    int i;
+
+    for (i = 0; i < HPKVM_FEATURE__MAX; i++) {
+        s->feat[i].requested = ON_OFF_AUTO_AUTO;
+    }
+    s->halt_poll_ns = -1;
+}
+
+static void hpkvm_accel_instance_finalize(Object *obj)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+    int i;
+
+    for (i = 0; i < HPKVM_FEATURE__MAX; i++) {
+        g_free(s->feat[i].reason);
+    }
 }
 
 static void hpkvm_accel_class_init(ObjectClass *oc, void *data)
 {
     AccelClass *ac = ACCEL_CLASS(oc);
     HPKVMAccelClass *hc = HPKVM_ACCEL_CLASS(oc);
+    uintptr_t i;
 
     ac->name = "hpkvm";
     hc->parent_init_machine = ac->init_machine;
     ac->init_machine = hpkvm_init_machine;
+    hc->query = hpkvm_query;
+
+    for (i = 0; i < HPKVM_FEATURE__MAX; i++) {
+        const char *name = HpkvmFeature_str(i);
+
+        object_class_property_add(oc, name, "OnOffAuto", hpkvm_get_feature,
+                                  hpkvm_set_feature, NULL, (void *)i);
+        object_class_property_set_description(oc, name,
+                                              feature_descriptions[i]);
+    }
 }
 
 static const TypeInfo hpkvm_accel_type = {
     .name = TYPE_HPKVM_ACCEL,
     .parent = TYPE_KVM_ACCEL,
     .instance_size = sizeof(HPKVMState),
+    .instance_init = hpkvm_accel_instance_init,
+    .instance_finalize = hpkvm_accel_instance_finalize,
     .class_size = sizeof(HPKVMAccelClass),
     .class_init = hpkvm_accel_class_init,
 };

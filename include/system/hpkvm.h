@@ -10,12 +10,24 @@
 #define SYSTEM_HPKVM_H
 
 #include "qemu/accel.h"
+#include "qapi/qapi-types-hpkvm.h"
 
 /*
  * hpkvm-accel is a subclass of kvm-accel: kvm_enabled() holds under it and
  * every KVM code path and kvm-accel property works unchanged.
  */
 #define TYPE_HPKVM_ACCEL ACCEL_CLASS_NAME("hpkvm")
+
+typedef struct HPKVMAccelClass {
+    AccelClass parent_class;
+
+    /* kvm-accel's machine initialisation, which hpkvm's wraps. */
+    int (*parent_init_machine)(MachineState *ms);
+    /* The per-feature report of query-hpkvm and "info hpkvm". */
+    HpkvmInfo *(*query)(AccelState *accel);
+} HPKVMAccelClass;
+
+OBJECT_DECLARE_TYPE(HPKVMState, HPKVMAccelClass, HPKVM_ACCEL)
 
 /**
  * hpkvm_enabled:

@@ -1,9 +1,15 @@
 /*
- * x86 accel-CPU class of the hpkvm accelerator
+ * x86 part of the hpkvm accelerator
  *
- * accel_init_cpu_interfaces() looks this class up by the accelerator's
- * name; without it, CPUs under hpkvm would miss KVM's CPU model set-up
- * (e.g. "-cpu host").  It inherits KVM's x86 hooks unchanged.
+ * The accel-CPU class (looked up by the accelerator's name; without it
+ * CPUs under hpkvm would miss KVM's CPU model set-up such as "-cpu host")
+ * inherits KVM's hooks and adds, when the first vCPU is realized, the
+ * feature negotiation: only then are the guest's CPUID and TSC settings
+ * final, and no KVM vCPU exists yet.
+ *
+ * Also here, the x86 upstream mechanisms hpkvm uses when its vCPUs own
+ * their cores: KVM_CAP_X86_DISABLE_EXITS through QEMU's own cpu-pm switch
+ * (-overcommit cpu-pm=on), and the KVM_HINTS_REALTIME CPUID hint.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -12,12 +18,112 @@
 
 #include "qemu/osdep.h"
 #include "qemu/module.h"
+#include "qom/object_interfaces.h"
+#include "hw/boards.h"
+#include "system/system.h"
 #include "cpu.h"
 #include "accel/accel-cpu-target.h"
+#include "accel/hpkvm/hpkvm-internal.h"
+
+static bool (*kvm_cpu_target_realize)(CPUState *cpu, Error **errp);
+
+static bool feature_wanted(HPKVMState *s, HpkvmFeature f)
+{
+    return s->feat[f].requested != ON_OFF_AUTO_OFF;
+}
+
+static void set_cpu_default(const char *prop, const char *value)
+{
+    /* Registered before -cpu is parsed: the user's -cpu settings win. */
+    object_register_sugar_prop(TYPE_X86_CPU, prop, value, false);
+}
+
+void hpkvm_arch_init_machine(HPKVMState *s)
+{
+    if (feature_wanted(s, HPKVM_FEATURE_EXCLUSIVE_CORES)) {
+        /*
+         * The guest owns its cores: let it idle and spin there without
+         * exits, as -overcommit cpu-pm=on does (KVM_CAP_X86_DISABLE_EXITS,
+         * masked by what KVM reports, before any vCPU exists; MWAIT in
+         * CPUID), and tell it its vCPUs are dedicated.
+         */
+        enable_cpu_pm = true;
+        set_cpu_default("kvm-hint-dedicated", "on");
+    }
+    /* What "on" features need of the guest's CPU, unless -cpu says no. */
+    if (s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].requested == ON_OFF_AUTO_ON) {
+        set_cpu_default("tsc-deadline", "on");
+        set_cpu_default("invtsc", "on");
+    }
+    if (s->feat[HPKVM_FEATURE_IPI_FASTPATH].requested == ON_OFF_AUTO_ON) {
+        set_cpu_default("x2apic", "on");
+    }
+}
+
+void hpkvm_arch_kvm_ready(HPKVMState *s)
+{
+    if (enable_cpu_pm) {
+        /* What kvm_arch_init() asked for, as KVM reported it. */
+        s->disabled_exits = kvm_check_extension(KVM_STATE(s),
+                                                KVM_CAP_X86_DISABLE_EXITS) &
+                            (KVM_X86_DISABLE_EXITS_MWAIT |
+                             KVM_X86_DISABLE_EXITS_HLT |
+                             KVM_X86_DISABLE_EXITS_PAUSE |
+                             KVM_X86_DISABLE_EXITS_CSTATE);
+    }
+}
+
+static int64_t host_tsc_khz(KVMState *k)
+{
+    int ret;
+
+    if (!kvm_check_extension(k, KVM_CAP_VM_TSC_CONTROL)) {
+        return 0;
+    }
+    ret = kvm_vm_ioctl(k, KVM_GET_TSC_KHZ);
+    return ret > 0 ? ret : 0;
+}
+
+static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
+{
+    HPKVMState *s = HPKVM_ACCEL(current_accel());
+    CPUX86State *env = &X86_CPU(cs)->env;
+    HpkvmGuestFacts facts;
+
+    if (!kvm_cpu_target_realize(cs, errp)) {
+        return false;
+    }
+    if (s->negotiated) {
+        return true;
+    }
+    facts = (HpkvmGuestFacts) {
+        .nr_vcpus = current_machine->smp.max_cpus,
+        .irqchip_in_kernel = kvm_irqchip_in_kernel(),
+        .x2apic = env->features[FEAT_1_ECX] & CPUID_EXT_X2APIC,
+        .tsc_deadline = env->features[FEAT_1_ECX] &
+                        CPUID_EXT_TSC_DEADLINE_TIMER,
+        .invtsc = env->features[FEAT_8000_0007_EDX] & CPUID_APM_INVTSC,
+        .guest_tsc_khz = env->user_tsc_khz,
+        .host_tsc_khz = host_tsc_khz(KVM_STATE(s)),
+    };
+    s->realtime_hint = env->features[FEAT_KVM_HINTS] &
+                       CPUID_KVM_HINTS_REALTIME;
+    return hpkvm_negotiate(s, &facts, errp);
+}
+
+static void hpkvm_cpu_accel_class_init(ObjectClass *oc, void *data)
+{
+    AccelCPUClass *acc = ACCEL_CPU_CLASS(oc);
+
+    /* Inherited from KVM's class by QOM's class copy. */
+    kvm_cpu_target_realize = acc->cpu_target_realize;
+    acc->cpu_target_realize = hpkvm_cpu_realize;
+}
 
 static const TypeInfo hpkvm_cpu_accel_type_info = {
     .name = ACCEL_CPU_NAME("hpkvm"),
     .parent = ACCEL_CPU_NAME("kvm"),
+    .class_init = hpkvm_cpu_accel_class_init,
     .abstract = true,
 };
 

@@ -5,6 +5,8 @@
 - -accel hpkvm runs our guest on the nested host's KVM, and passes;
 - KVM_CAP_X86_DISABLE_EXITS with HLT works: the halting vCPU's halt exits
   (query-stats) are >= 1 per HLT without it and ~0 with it, in one run;
+- likewise -accel hpkvm against -accel kvm, hpkvm reporting the upstream
+  fallbacks it used on this unpatched kernel;
 - a tap with vhost=on starts the kernel's vhost worker, and SR-IOV VFs
   bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
   opens.
@@ -77,7 +79,7 @@ wait_serial
     assert res.status == 0, res.output
     hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
     kvm = json.loads(lines_with(res.output, "kvm: ")[0])["return"]
-    assert hp == {"enabled": True, "present": True}, hp
+    assert hp["enabled"] and hp["present"], hp
     assert kvm["enabled"] is True, kvm
     assert lines_with(res.output, "status: ") == ["1"], "guest did not pass"
     serial = lines_with(res.output, "serial: ")[0]
@@ -85,43 +87,77 @@ wait_serial
     assert "timer=tsc-deadline" in serial, serial
 
 
-@test
-def disable_exits_hlt_removes_halt_exits():
-    stats_cmd = json.dumps({
-        "execute": "query-stats",
-        "arguments": {"target": "vcpu", "providers": [
-            {"provider": "kvm", "names": ["halt_exits", "exits"]}]}})
-    res = run(PAYLOAD_LIB + r"""
-for mode in exits-on exits-off; do
-    extra=
-    [ $mode = exits-off ] && extra="-overcommit cpu-pm=on"
-    guest_qemu -accel kvm -cpu host -append "halts=%d hold" $extra || exit 1
-    qmp-exec /tmp/qmp.sock cont > /dev/null
-    echo "$mode $(wait_serial)"
-    echo "$mode cpus: $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
-    echo "$mode stats: $(qmp-exec /tmp/qmp.sock '%s')"
-    qmp-exec /tmp/qmp.sock quit > /dev/null
-    wait $qemu_pid
-done
-""" % (HALTS, stats_cmd))
+STATS_CMD = json.dumps({
+    "execute": "query-stats",
+    "arguments": {"target": "vcpu", "providers": [
+        {"provider": "kvm", "names": ["halt_exits", "exits"]}]}})
+
+
+def halt_exits_by_mode(modes):
+    """Run the halting guest once per (label, QEMU args) in one boot.
+
+    Returns ({label: halt exits of the halting AP}, {label: query-hpkvm}).
+    """
+    script = PAYLOAD_LIB
+    for label, args in modes:
+        script += r"""
+guest_qemu %s -append "halts=%d hold" || exit 1
+echo "%s hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/qmp.sock cont > /dev/null
+echo "%s $(wait_serial)"
+echo "%s cpus: $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
+echo "%s stats: $(qmp-exec /tmp/qmp.sock '%s')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+""" % (args, HALTS, label, label, label, label, STATS_CMD)
+    res = run(script)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
-    halt_exits = {}
-    for mode in ("exits-on", "exits-off"):
-        serial = lines_with(res.output, f"{mode} serial: ")[0]
+    halt_exits, hpkvm = {}, {}
+    for label, _ in modes:
+        serial = lines_with(res.output, f"{label} serial: ")[0]
         assert f"halts={HALTS}" in serial, serial
-        cpus = json.loads(lines_with(res.output, f"{mode} cpus: ")[0])
+        hpkvm[label] = json.loads(
+            lines_with(res.output, f"{label} hpkvm: ")[0])["return"]
+        cpus = json.loads(lines_with(res.output, f"{label} cpus: ")[0])
         ap_path = [c["qom-path"] for c in cpus["return"]
                    if c["cpu-index"] == 1][0]
-        stats = json.loads(lines_with(res.output, f"{mode} stats: ")[0])
+        stats = json.loads(lines_with(res.output, f"{label} stats: ")[0])
         for vcpu in stats["return"]:
             if vcpu["qom-path"] == ap_path:
                 values = {s["name"]: s["value"] for s in vcpu["stats"]}
-                halt_exits[mode] = values["halt_exits"]
-                print(f"# {mode}: AP halt_exits {values['halt_exits']} "
+                halt_exits[label] = values["halt_exits"]
+                print(f"# {label}: AP halt_exits {values['halt_exits']} "
                       f"exits {values['exits']} for {HALTS} HLTs")
+    return halt_exits, hpkvm
+
+
+@test
+def disable_exits_hlt_removes_halt_exits():
+    halt_exits, _ = halt_exits_by_mode([
+        ("exits-on", "-accel kvm -cpu host"),
+        ("exits-off", "-accel kvm -cpu host -overcommit cpu-pm=on")])
     assert halt_exits["exits-on"] >= HALTS, halt_exits
     assert halt_exits["exits-off"] <= HALTS // 20, halt_exits
+
+
+@test
+def hpkvm_keeps_halts_in_the_guest_where_kvm_exits():
+    halt_exits, hpkvm = halt_exits_by_mode([
+        ("kvm", "-accel kvm -cpu host"),
+        ("hpkvm", "-accel hpkvm -cpu host")])
+    assert halt_exits["kvm"] >= HALTS, halt_exits
+    assert halt_exits["hpkvm"] <= HALTS // 20, halt_exits
+    # The nested host's KVM is unpatched: upstream fallbacks, with reasons.
+    info = hpkvm["hpkvm"]
+    assert info["kernel-version"] == 0, info
+    assert "hlt" in info["disabled-exits"], info
+    cores = [f for f in info["features"]
+             if f["feature"] == "exclusive-cores"][0]
+    assert cores["mechanism"] == "upstream", cores
+    assert "KVM_CAP_HPKVM is 0" in cores["reason"], cores
+    assert not any(f["granted"] for f in info["features"]), info
+    assert not hpkvm["kvm"]["enabled"], hpkvm["kvm"]
 
 
 @test

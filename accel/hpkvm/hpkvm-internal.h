@@ -1,0 +1,59 @@
+/*
+ * hpkvm accelerator: state shared by its parts
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef ACCEL_HPKVM_INTERNAL_H
+#define ACCEL_HPKVM_INTERNAL_H
+
+#include "system/kvm_int.h"
+#include "system/hpkvm.h"
+#include "qapi/qapi-types-hpkvm.h"
+
+typedef struct HpkvmFeatureState {
+    OnOffAuto requested;        /* the property */
+    bool granted;               /* by the kernel's hpkvm extension */
+    HpkvmMechanism mechanism;
+    char *reason;
+} HpkvmFeatureState;
+
+struct HPKVMState {
+    KVMState parent_obj;
+
+    HpkvmFeatureState feat[HPKVM_FEATURE__MAX];
+    bool negotiated;
+    int kernel_version;         /* 0: unpatched KVM */
+    uint64_t kernel_supported;  /* HPKVM_FEAT_* of HPKVM_GET_CAPS */
+    uint32_t disabled_exits;    /* KVM_X86_DISABLE_EXITS_* granted */
+    bool realtime_hint;
+    int64_t halt_poll_ns;       /* -1: the kernel's default */
+};
+
+/* What the guest's CPUs look like, for the checks negotiation makes. */
+typedef struct HpkvmGuestFacts {
+    unsigned nr_vcpus;
+    bool irqchip_in_kernel;
+    bool x2apic;
+    bool tsc_deadline;
+    bool invtsc;
+    int64_t guest_tsc_khz;      /* 0: unset, the host's */
+    int64_t host_tsc_khz;       /* 0: unknown */
+} HpkvmGuestFacts;
+
+/*
+ * hpkvm-negotiate.c: ask the kernel for the features, once, before the
+ * first vCPU exists; fall back feature by feature; fail for "on" features
+ * the kernel refused, undoing what was granted.
+ */
+bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *guest,
+                     Error **errp);
+HpkvmInfo *hpkvm_report(HPKVMState *s);
+
+/* Per target: called before and after KVM's machine initialisation. */
+void hpkvm_arch_init_machine(HPKVMState *s);
+void hpkvm_arch_kvm_ready(HPKVMState *s);
+
+#endif

@@ -1,0 +1,384 @@
+/*
+ * hpkvm: per-feature negotiation with the kernel, fallbacks, the report
+ *
+ * Once, before the first vCPU exists: probe the kernel's hpkvm extension,
+ * drop the features whose requirements the guest does not meet (failing
+ * for "on"), ask the kernel for the rest in one HPKVM_ENABLE, and record
+ * per feature what the kernel answered and what stands in for refused
+ * features.  A feature set to "on" that is not granted stops QEMU, after
+ * undoing whatever was granted, so nothing stays half enabled.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qapi/error.h"
+#include "qapi/qapi-visit-hpkvm.h"
+#include "hpkvm-internal.h"
+#include "hpkvm-kernel.h"
+#include "trace.h"
+
+/* Halt polling with dedicated cores that keep HLT exits: 200 us. */
+#define HPKVM_HALT_POLL_NS 200000
+
+/* QAPI's HpkvmFeature order is the contract's bit order. */
+QEMU_BUILD_BUG_ON(HPKVM_FEATURE__MAX != HPKVM_FEATURE_NR);
+QEMU_BUILD_BUG_ON(1ULL << HPKVM_FEATURE_VFIO_IRTE != HPKVM_FEAT_VFIO_IRTE);
+QEMU_BUILD_BUG_ON(1ULL << HPKVM_FEATURE_DYNAMIC_NOHZ !=
+                  HPKVM_FEAT_DYNAMIC_NOHZ);
+
+static uint64_t feat_bit(int f)
+{
+    return 1ULL << f;
+}
+
+static void set_result(HPKVMState *s, int f, bool granted,
+                       HpkvmMechanism mechanism, const char *fmt, ...)
+    G_GNUC_PRINTF(5, 6);
+
+static void set_result(HPKVMState *s, int f, bool granted,
+                       HpkvmMechanism mechanism, const char *fmt, ...)
+{
+    HpkvmFeatureState *st = &s->feat[f];
+    va_list ap;
+
+    st->granted = granted;
+    st->mechanism = mechanism;
+    g_free(st->reason);
+    va_start(ap, fmt);
+    st->reason = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+}
+
+/*
+ * What stands in for a feature the kernel does not grant: its mechanism
+ * and, through *text, the words for the report.
+ */
+static HpkvmMechanism fallback(HPKVMState *s, int f, const char **text)
+{
+    switch (f) {
+    case HPKVM_FEATURE_EXCLUSIVE_CORES:
+        if (s->disabled_exits || s->realtime_hint) {
+            *text = "upstream KVM keeps the guest on its cores instead: "
+                    "KVM_CAP_X86_DISABLE_EXITS and the KVM_HINTS_REALTIME "
+                    "CPUID hint (the vCPU threads are pinned from user "
+                    "space only once host-cpus= exists)";
+            return HPKVM_MECHANISM_UPSTREAM;
+        }
+        *text = "KVM's defaults: HLT and PAUSE exit, vCPUs may move";
+        return HPKVM_MECHANISM_NONE;
+    case HPKVM_FEATURE_IRQ_PASSTHROUGH:
+        *text = "KVM's in-kernel LAPIC injects external interrupts, each "
+                "at a VM exit unless the host has posted interrupts";
+        return HPKVM_MECHANISM_NONE;
+    case HPKVM_FEATURE_TIMER_PASSTHROUGH:
+        *text = "KVM emulates the TSC-deadline timer (MSR writes and "
+                "expiries exit)";
+        return HPKVM_MECHANISM_NONE;
+    case HPKVM_FEATURE_IPI_FASTPATH:
+        *text = "KVM's own ICR-write handling";
+        return HPKVM_MECHANISM_NONE;
+    case HPKVM_FEATURE_VFIO_IRTE:
+        *text = "KVM's irqfd delivery (posted interrupts where the IOMMU "
+                "has them)";
+        return HPKVM_MECHANISM_NONE;
+    case HPKVM_FEATURE_DYNAMIC_NOHZ:
+    default:
+        *text = "the host's static nohz_full/isolcpus settings";
+        return HPKVM_MECHANISM_NONE;
+    }
+}
+
+/*
+ * Why the guest as configured cannot have feature f, with the fix; NULL
+ * if it can.  The result is static or must be freed: it is returned
+ * through *owned when allocated.
+ */
+static const char *unmet_requirement(HPKVMState *s, int f,
+                                     const HpkvmGuestFacts *g, char **owned)
+{
+    bool needs_lapic = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
+                       f == HPKVM_FEATURE_TIMER_PASSTHROUGH ||
+                       f == HPKVM_FEATURE_IPI_FASTPATH ||
+                       f == HPKVM_FEATURE_VFIO_IRTE;
+
+    *owned = NULL;
+    if (needs_lapic && !g->irqchip_in_kernel) {
+        return "needs the in-kernel irqchip: drop kernel-irqchip=off "
+               "(on or split both work)";
+    }
+    switch (f) {
+    case HPKVM_FEATURE_TIMER_PASSTHROUGH:
+        if (!g->tsc_deadline) {
+            return "needs the TSC-deadline timer in the guest: add "
+                   "tsc-deadline=on to -cpu";
+        }
+        if (!g->invtsc) {
+            return "needs an invariant TSC in the guest: add invtsc=on to "
+                   "-cpu";
+        }
+        if (g->guest_tsc_khz && g->host_tsc_khz &&
+            g->guest_tsc_khz != g->host_tsc_khz) {
+            *owned = g_strdup_printf(
+                "needs the guest's TSC at the host's frequency (%" PRId64
+                " kHz), not %" PRId64 " kHz: drop tsc-frequency= from -cpu",
+                g->host_tsc_khz, g->guest_tsc_khz);
+            return *owned;
+        }
+        return NULL;
+    case HPKVM_FEATURE_IPI_FASTPATH:
+        return g->x2apic ? NULL : "needs x2APIC in the guest: add "
+                                  "x2apic=on to -cpu";
+    case HPKVM_FEATURE_VFIO_IRTE:
+        return s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
+               ON_OFF_AUTO_OFF ? "needs irq-passthrough: set it to on or "
+                                 "auto" : NULL;
+    case HPKVM_FEATURE_DYNAMIC_NOHZ:
+        return s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].requested ==
+               ON_OFF_AUTO_OFF ? "needs exclusive-cores: set it to on or "
+                                 "auto" : NULL;
+    default:
+        return NULL;
+    }
+}
+
+/* The kernel's per-feature answer, in words. */
+static const char *kernel_refusal(int err)
+{
+    switch (err) {
+    case -ENODEV:
+        return "the hardware lacks what it needs";
+    case -EOPNOTSUPP:
+        return "this kernel does not implement it";
+    case -EBUSY:
+        return "a host core is not exclusively this VM's";
+    case -E2BIG:
+        return "more vCPUs than dedicated cores";
+    case -EINVAL:
+        return "the kernel finds the configuration invalid for it";
+    case -EPERM:
+        return "the host's policy refuses it";
+    default:
+        return strerror(-err);
+    }
+}
+
+static void rollback(HPKVMState *s, const char *why)
+{
+    int f;
+
+    trace_hpkvm_rollback(why);
+    hpkvm_kernel_disable(KVM_STATE(s));
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if (s->feat[f].granted) {
+            set_result(s, f, false, HPKVM_MECHANISM_NONE,
+                       "granted, then undone: %s", why);
+        }
+    }
+}
+
+/* Halt polling where HLT still exits on cores that are meant to be ours. */
+static void tune_halt_poll(HPKVMState *s)
+{
+    KVMState *k = KVM_STATE(s);
+    int ret;
+
+    if (s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].requested == ON_OFF_AUTO_OFF ||
+        (s->disabled_exits & KVM_X86_DISABLE_EXITS_HLT) ||
+        !kvm_check_extension(k, KVM_CAP_HALT_POLL)) {
+        return;
+    }
+    ret = kvm_vm_enable_cap(k, KVM_CAP_HALT_POLL, 0, HPKVM_HALT_POLL_NS);
+    trace_hpkvm_halt_poll(HPKVM_HALT_POLL_NS, ret);
+    if (ret == 0) {
+        s->halt_poll_ns = HPKVM_HALT_POLL_NS;
+    }
+}
+
+static void trace_features(HPKVMState *s)
+{
+    int f;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        trace_hpkvm_feature(HpkvmFeature_str(f),
+                            OnOffAuto_str(s->feat[f].requested),
+                            s->feat[f].granted,
+                            HpkvmMechanism_str(s->feat[f].mechanism),
+                            s->feat[f].reason);
+    }
+}
+
+bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
+{
+    KVMState *k = KVM_STATE(s);
+    struct hpkvm_caps caps;
+    struct hpkvm_enable req = { 0 };
+    uint64_t want = 0, need = 0;
+    const char *text;
+    int f, ret;
+
+    if (s->negotiated) {
+        return true;
+    }
+    s->negotiated = true;
+
+    ret = hpkvm_kernel_probe(k, &caps);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "hpkvm: the kernel reports hpkvm "
+                         "(KVM_CAP_HPKVM) but HPKVM_GET_CAPS failed");
+        return false;
+    }
+    s->kernel_version = ret;
+    s->kernel_supported = ret ? caps.supported : 0;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        g_autofree char *owned = NULL;
+        const char *unmet;
+
+        if (s->feat[f].requested == ON_OFF_AUTO_OFF) {
+            set_result(s, f, false, HPKVM_MECHANISM_NONE,
+                       "not requested (%s=off)", HpkvmFeature_str(f));
+            continue;
+        }
+        unmet = unmet_requirement(s, f, g, &owned);
+        if (unmet && s->feat[f].requested == ON_OFF_AUTO_ON) {
+            error_setg(errp, "hpkvm: %s=on %s", HpkvmFeature_str(f), unmet);
+            return false;
+        }
+        if (unmet) {
+            HpkvmMechanism m = fallback(s, f, &text);
+
+            set_result(s, f, false, m, "not requested: %s; %s", unmet, text);
+            continue;
+        }
+        want |= feat_bit(f);
+        if (s->feat[f].requested == ON_OFF_AUTO_ON) {
+            need |= feat_bit(f);
+        }
+    }
+
+    if (!s->kernel_version) {
+        for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+            if (want & feat_bit(f)) {
+                HpkvmMechanism m = fallback(s, f, &text);
+
+                set_result(s, f, false, m, "the kernel has no hpkvm "
+                           "extension (KVM_CAP_HPKVM is 0); %s", text);
+            }
+        }
+        if (need) {
+            f = ctz64(need);
+            error_setg(errp, "hpkvm: %s=on, but the kernel has no hpkvm "
+                       "extension (KVM_CAP_HPKVM is 0): run a kernel with "
+                       "hpkvm, or use %s=auto to fall back",
+                       HpkvmFeature_str(f), HpkvmFeature_str(f));
+            return false;
+        }
+        goto upstream;
+    }
+
+    req.requested = want;
+    req.required = need;
+    req.nr_vcpus = g->nr_vcpus;
+    req.guest_tsc_khz = g->guest_tsc_khz ?: g->host_tsc_khz;
+    ret = want ? hpkvm_kernel_enable(k, &req) : 0;
+    if (ret < 0 && ret != -EPERM) {
+        /* Not an answer the contract allows: leave nothing behind. */
+        g_autofree char *why = g_strdup_printf("HPKVM_ENABLE failed: %s",
+                                               strerror(-ret));
+
+        rollback(s, why);
+        for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+            if (want & feat_bit(f)) {
+                HpkvmMechanism m = fallback(s, f, &text);
+
+                set_result(s, f, false, m, "%s; %s", why, text);
+            }
+        }
+        if (need) {
+            error_setg(errp, "hpkvm: %s=on, but %s",
+                       HpkvmFeature_str(ctz64(need)), why);
+            return false;
+        }
+        goto upstream;
+    }
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if (!(want & feat_bit(f))) {
+            continue;
+        }
+        if (ret == 0 && (req.granted & feat_bit(f))) {
+            set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
+                       "granted by the kernel");
+        } else {
+            HpkvmMechanism m = fallback(s, f, &text);
+
+            set_result(s, f, false, m, "refused by the kernel (%s); %s",
+                       kernel_refusal(req.reason[f] ?: -EPERM), text);
+        }
+    }
+    if (need & ~(ret == 0 ? req.granted : 0)) {
+        f = ctz64(need & ~(ret == 0 ? req.granted : 0));
+        error_setg(errp, "hpkvm: %s=on, but the kernel refused it: %s; use "
+                   "%s=auto to fall back", HpkvmFeature_str(f),
+                   kernel_refusal(req.reason[f] ?: -EPERM),
+                   HpkvmFeature_str(f));
+        if (ret == 0 && req.granted) {
+            /* A kernel that ignored "required": undo its grants. */
+            rollback(s, "a required feature was refused");
+        }
+        return false;
+    }
+
+upstream:
+    tune_halt_poll(s);
+    trace_features(s);
+    return true;
+}
+
+HpkvmInfo *hpkvm_report(HPKVMState *s)
+{
+    HpkvmInfo *info = g_new0(HpkvmInfo, 1);
+    HpkvmFeatureInfoList **tail = &info->features;
+    strList **exits = &info->disabled_exits;
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } exit_names[] = {
+        { KVM_X86_DISABLE_EXITS_MWAIT, "mwait" },
+        { KVM_X86_DISABLE_EXITS_HLT, "hlt" },
+        { KVM_X86_DISABLE_EXITS_PAUSE, "pause" },
+        { KVM_X86_DISABLE_EXITS_CSTATE, "cstate" },
+    };
+    int f;
+    size_t i;
+
+    info->enabled = true;
+    info->has_kernel_version = true;
+    info->kernel_version = s->kernel_version;
+    info->has_negotiated = true;
+    info->negotiated = s->negotiated;
+    info->has_features = true;
+    for (f = 0; f < HPKVM_FEATURE__MAX && s->negotiated; f++) {
+        HpkvmFeatureInfo *fi = g_new0(HpkvmFeatureInfo, 1);
+
+        fi->feature = f;
+        fi->requested = s->feat[f].requested;
+        fi->granted = s->feat[f].granted;
+        fi->mechanism = s->feat[f].mechanism;
+        fi->reason = g_strdup(s->feat[f].reason ?: "");
+        QAPI_LIST_APPEND(tail, fi);
+    }
+    info->has_disabled_exits = true;
+    for (i = 0; i < ARRAY_SIZE(exit_names); i++) {
+        if (s->disabled_exits & exit_names[i].bit) {
+            QAPI_LIST_APPEND(exits, g_strdup(exit_names[i].name));
+        }
+    }
+    info->has_realtime_hint = true;
+    info->realtime_hint = s->realtime_hint;
+    info->has_halt_poll_ns = s->halt_poll_ns >= 0;
+    info->halt_poll_ns = s->halt_poll_ns;
+    return info;
+}

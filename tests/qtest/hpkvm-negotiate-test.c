@@ -1,0 +1,385 @@
+/*
+ * qtests of hpkvm's feature negotiation
+ *
+ * On this host's own KVM (unpatched): query-hpkvm reports what the kernel
+ * answered and the fallbacks, with reasons; "on" features fail clearly;
+ * bad property values and impossible combinations are refused with the
+ * fix.  With the stand-in for the patched kernel (hpkvm-fake-kernel,
+ * LD_PRELOADed; a test double, see its source): features granted,
+ * refused under auto and under on, and a kernel failing part way, whose
+ * grants QEMU must undo.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <sys/ioctl.h>
+#include "libqtest.h"
+#include "qobject/qdict.h"
+#include "qobject/qlist.h"
+#include "qobject/qstring.h"
+#include "linux/kvm.h"
+
+#define FAKE_KERNEL "tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so"
+#define CPU "-cpu host,-arch-capabilities"
+
+static const char *const features[] = {
+    "exclusive-cores", "irq-passthrough", "timer-passthrough",
+    "ipi-fastpath", "vfio-irte", "dynamic-nohz",
+};
+
+static bool skip_without_kvm(void)
+{
+    if (access("/dev/kvm", R_OK | W_OK) != 0) {
+        g_test_skip("/dev/kvm is missing or not read-write here");
+        return true;
+    }
+    return false;
+}
+
+/* Run with the fake kernel scripted by spec (NULL: the real kernel). */
+static void use_fake_kernel(const char *spec, const char *log)
+{
+    if (spec) {
+        g_autofree char *lib = g_canonicalize_filename(FAKE_KERNEL, NULL);
+
+        g_assert(g_file_test(lib, G_FILE_TEST_EXISTS));
+        g_setenv("LD_PRELOAD", lib, true);
+        g_setenv("HPKVM_FAKE_KERNEL", spec, true);
+        g_setenv("HPKVM_FAKE_KERNEL_LOG", log, true);
+        unlink(log);
+    } else {
+        g_unsetenv("LD_PRELOAD");
+        g_unsetenv("HPKVM_FAKE_KERNEL");
+        g_unsetenv("HPKVM_FAKE_KERNEL_LOG");
+    }
+}
+
+static QDict *query_hpkvm(const char *args)
+{
+    QTestState *qts = qtest_initf("-S -machine pc -smp 2 %s", args);
+    QDict *resp = qtest_qmp(qts, "{'execute': 'query-hpkvm'}");
+    QDict *ret = qdict_get_qdict(resp, "return");
+
+    g_assert(ret);
+    qobject_ref(ret);
+    qobject_unref(resp);
+    qtest_quit(qts);
+    return ret;
+}
+
+static QDict *feature(QDict *info, const char *name)
+{
+    QList *list = qdict_get_qlist(info, "features");
+    QListEntry *e;
+
+    g_assert(list);
+    QLIST_FOREACH_ENTRY(list, e) {
+        QDict *f = qobject_to(QDict, qlist_entry_obj(e));
+
+        if (g_str_equal(qdict_get_str(f, "feature"), name)) {
+            return f;
+        }
+    }
+    g_assert_not_reached();
+}
+
+static bool has_exit(QDict *info, const char *name)
+{
+    QList *list = qdict_get_qlist(info, "disabled-exits");
+    QListEntry *e;
+
+    if (!list) {
+        return false;
+    }
+    QLIST_FOREACH_ENTRY(list, e) {
+        if (g_str_equal(qstring_get_str(qobject_to(QString,
+                                                   qlist_entry_obj(e))),
+                        name)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void assert_feature(QDict *info, const char *name, bool granted,
+                           const char *mechanism, const char *reason_part)
+{
+    QDict *f = feature(info, name);
+
+    g_test_message("%s: %s", name, qdict_get_str(f, "reason"));
+    g_assert_cmpint(qdict_get_bool(f, "granted"), ==, granted);
+    g_assert_cmpstr(qdict_get_str(f, "mechanism"), ==, mechanism);
+    g_assert(strstr(qdict_get_str(f, "reason"), reason_part));
+}
+
+/* Run QEMU to its end; returns its exit status, stderr in *err. */
+static int run_qemu(const char *args, char **err)
+{
+    g_autofree char *cmd = g_strdup_printf("%s -machine pc -display none "
+                                           "-S -monitor none %s",
+                                           g_getenv("QTEST_QEMU_BINARY"),
+                                           args);
+    g_auto(GStrv) argv = NULL;
+    g_autofree char *out = NULL;
+    int status;
+
+    g_assert(g_shell_parse_argv(cmd, NULL, &argv, NULL));
+    /* -S with no monitor would wait forever: give it a deadline. */
+    g_assert(g_spawn_sync(NULL, argv, NULL, G_SPAWN_DEFAULT, NULL, NULL,
+                          &out, err, &status, NULL));
+    g_test_message("%s -> %d: %s", cmd, status, *err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char *read_log(const char *log)
+{
+    char *text = NULL;
+
+    g_file_get_contents(log, &text, NULL, NULL);
+    g_test_message("fake kernel log: %s", text ?: "(none)");
+    return text ?: g_strdup("");
+}
+
+/* This host's KVM, as it answers KVM_CAP_X86_DISABLE_EXITS. */
+static int host_disable_exits(void)
+{
+    int fd = open("/dev/kvm", O_RDWR);
+    int ret;
+
+    g_assert(fd >= 0);
+    ret = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_X86_DISABLE_EXITS);
+    close(fd);
+    return ret < 0 ? 0 : ret;
+}
+
+static void test_unpatched_kernel_report(void)
+{
+    g_autoptr(QDict) info = NULL;
+    int exits;
+    size_t i;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    info = query_hpkvm("-accel hpkvm " CPU);
+    exits = host_disable_exits();
+    g_assert(qdict_get_bool(info, "enabled"));
+    g_assert(qdict_get_bool(info, "negotiated"));
+    g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 0);
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        g_assert(!qdict_get_bool(feature(info, features[i]), "granted"));
+    }
+    assert_feature(info, "irq-passthrough", false, "none",
+                   "KVM_CAP_HPKVM is 0");
+    /* Without invtsc=on the guest cannot have timer passthrough. */
+    assert_feature(info, "timer-passthrough", false, "none",
+                   "add invtsc=on to -cpu");
+    /* What KVM answered, nothing more. */
+    g_assert_cmpint(has_exit(info, "hlt"), ==,
+                    !!(exits & KVM_X86_DISABLE_EXITS_HLT));
+    g_assert_cmpint(has_exit(info, "pause"), ==,
+                    !!(exits & KVM_X86_DISABLE_EXITS_PAUSE));
+    g_assert_cmpint(has_exit(info, "mwait"), ==,
+                    !!(exits & KVM_X86_DISABLE_EXITS_MWAIT));
+    assert_feature(info, "exclusive-cores", false,
+                   exits ? "upstream" : "none", "KVM_CAP_HPKVM is 0");
+    g_assert(qdict_get_bool(info, "realtime-hint"));
+}
+
+static void test_exclusive_cores_off(void)
+{
+    g_autoptr(QDict) info = NULL;
+    g_autoptr(QDict) pm = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    info = query_hpkvm("-accel hpkvm,exclusive-cores=off " CPU);
+    assert_feature(info, "exclusive-cores", false, "none", "=off");
+    g_assert(!has_exit(info, "hlt") && !has_exit(info, "pause"));
+    g_assert(!qdict_get_bool(info, "realtime-hint"));
+    /* The user's own -overcommit cpu-pm=on still applies, and shows. */
+    pm = query_hpkvm("-accel hpkvm,exclusive-cores=off "
+                     "-overcommit cpu-pm=on " CPU);
+    g_assert_cmpint(has_exit(pm, "hlt"), ==,
+                    !!(host_disable_exits() & KVM_X86_DISABLE_EXITS_HLT));
+}
+
+static void test_on_without_patched_kernel_fails(void)
+{
+    g_autofree char *err = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on " CPU, &err),
+                    ==, 1);
+    g_assert(strstr(err, "irq-passthrough=on, but the kernel has no hpkvm "
+                    "extension (KVM_CAP_HPKVM is 0)"));
+    g_assert(strstr(err, "irq-passthrough=auto"));
+}
+
+static void test_bad_values(void)
+{
+    size_t i;
+
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        g_autofree char *args = g_strdup_printf("-accel hpkvm,%s=maybe",
+                                                features[i]);
+        g_autofree char *err = NULL;
+
+        g_assert_cmpint(run_qemu(args, &err), ==, 1);
+        g_assert(strstr(err, features[i]));
+        g_assert(strstr(err, "maybe"));
+    }
+}
+
+static void test_impossible_combinations(void)
+{
+    g_autofree char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    g_assert_cmpint(run_qemu("-accel hpkvm,ipi-fastpath=on "
+                             "-cpu host,-arch-capabilities,x2apic=off", &e1),
+                    ==, 1);
+    g_assert(strstr(e1, "ipi-fastpath=on needs x2APIC in the guest: add "
+                    "x2apic=on to -cpu"));
+    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on,"
+                             "kernel-irqchip=off " CPU, &e2), ==, 1);
+    g_assert(strstr(e2, "irq-passthrough=on needs the in-kernel irqchip"));
+    g_assert_cmpint(run_qemu("-accel hpkvm,vfio-irte=on,irq-passthrough=off "
+                             CPU, &e3), ==, 1);
+    g_assert(strstr(e3, "vfio-irte=on needs irq-passthrough"));
+}
+
+static void test_fake_grants_all(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autoptr(QDict) info = NULL;
+    g_autofree char *text = NULL;
+    size_t i;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel("supported=0x3f", log);
+    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+    use_fake_kernel(NULL, NULL);
+    text = read_log(log);
+    g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 1);
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        assert_feature(info, features[i], true, "patched-kernel",
+                       "granted by the kernel");
+    }
+    g_assert(strstr(text, "HPKVM_ENABLE requested=0x3f required=0x0 "
+                    "nr_vcpus=2 granted=0x3f"));
+    g_assert(!strstr(text, "HPKVM_DISABLE"));
+    unlink(log);
+}
+
+static void test_fake_refuses_under_auto(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autoptr(QDict) info = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    /* Everything but timer passthrough; EBUSY for it. */
+    use_fake_kernel("grant=0x3b,refuse=16", log);
+    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+    use_fake_kernel(NULL, NULL);
+    g_free(read_log(log));
+    assert_feature(info, "timer-passthrough", false, "none",
+                   "refused by the kernel (a host core is not exclusively "
+                   "this VM's); KVM emulates the TSC-deadline timer");
+    assert_feature(info, "irq-passthrough", true, "patched-kernel",
+                   "granted");
+    unlink(log);
+}
+
+static void test_fake_refuses_under_on(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autofree char *err = NULL, *text = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel("grant=0x3b,refuse=16", log);
+    g_assert_cmpint(run_qemu("-accel hpkvm,timer-passthrough=on " CPU, &err),
+                    ==, 1);
+    use_fake_kernel(NULL, NULL);
+    text = read_log(log);
+    /* "on" is required: the kernel grants nothing rather than a part. */
+    g_assert(strstr(text, "required=0x4 -> EPERM"));
+    g_assert(strstr(err, "timer-passthrough=on, but the kernel refused it: "
+                    "a host core is not exclusively this VM's"));
+    unlink(log);
+}
+
+static void test_fake_fails_part_way(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autofree char *err = NULL, *text = NULL, *text2 = NULL;
+    g_autoptr(QDict) info = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    /* auto: QEMU undoes the half-applied grants and falls back. */
+    use_fake_kernel("enable=5", log);
+    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+    text = read_log(log);
+    g_assert(strstr(text, "fails part way"));
+    g_assert(strstr(text, "HPKVM_DISABLE (granted was 0x3f)"));
+    assert_feature(info, "irq-passthrough", false, "none",
+                   "HPKVM_ENABLE failed: Input/output error");
+
+    /* on: the same undo, then QEMU stops with the reason. */
+    use_fake_kernel("enable=5", log);
+    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on " CPU, &err),
+                    ==, 1);
+    use_fake_kernel(NULL, NULL);
+    text2 = read_log(log);
+    g_assert(strstr(text2, "HPKVM_DISABLE"));
+    g_assert(strstr(err, "irq-passthrough=on, but HPKVM_ENABLE failed"));
+    unlink(log);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+
+    qtest_add_func("/hpkvm/negotiate/unpatched-report",
+                   test_unpatched_kernel_report);
+    qtest_add_func("/hpkvm/negotiate/exclusive-cores-off",
+                   test_exclusive_cores_off);
+    qtest_add_func("/hpkvm/negotiate/on-needs-patched-kernel",
+                   test_on_without_patched_kernel_fails);
+    qtest_add_func("/hpkvm/negotiate/bad-values", test_bad_values);
+    qtest_add_func("/hpkvm/negotiate/impossible-combinations",
+                   test_impossible_combinations);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/grants-all",
+                   test_fake_grants_all);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/refuses-auto",
+                   test_fake_refuses_under_auto);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/refuses-on",
+                   test_fake_refuses_under_on);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/fails-part-way",
+                   test_fake_fails_part_way);
+    return g_test_run();
+}
