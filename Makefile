@@ -29,6 +29,7 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-negotiate-test \
 	tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so \
 	tests/unit/test-hpkvm-accel-opts \
+	tests/unit/test-hpkvm-msi \
 	tests/hpkvm/nested-host/qmp-exec
 
 .PHONY: all build configure run check clean

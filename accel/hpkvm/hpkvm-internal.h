@@ -30,6 +30,8 @@ struct HPKVMState {
     uint32_t disabled_exits;    /* KVM_X86_DISABLE_EXITS_* granted */
     bool realtime_hint;
     int64_t halt_poll_ns;       /* -1: the kernel's default */
+    uint64_t irte_direct;       /* VFIO MSI programmings sent direct */
+    uint64_t irte_fallback;     /* ... and left to KVM's delivery */
 };
 
 /* What the guest's CPUs look like, for the checks negotiation makes. */

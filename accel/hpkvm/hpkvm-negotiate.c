@@ -380,5 +380,9 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
     info->realtime_hint = s->realtime_hint;
     info->has_halt_poll_ns = s->halt_poll_ns >= 0;
     info->halt_poll_ns = s->halt_poll_ns;
+    info->has_irte_direct = true;
+    info->irte_direct = s->irte_direct;
+    info->has_irte_fallback = true;
+    info->irte_fallback = s->irte_fallback;
     return info;
 }

@@ -62,6 +62,8 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
     monitor_printf(mon, "%s\n", info->disabled_exits ? "" : " none");
     monitor_printf(mon, "realtime hint: %s\n",
                    info->realtime_hint ? "yes" : "no");
+    monitor_printf(mon, "VFIO MSI programmings: %" PRId64 " direct, %" PRId64
+                   " left to KVM\n", info->irte_direct, info->irte_fallback);
     if (info->has_halt_poll_ns) {
         monitor_printf(mon, "halt polling: %" PRId64 " ns\n",
                        info->halt_poll_ns);

@@ -291,21 +291,34 @@ static void test_fake_refuses_under_auto(void)
 {
     g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
                                            g_get_tmp_dir(), getpid());
-    g_autoptr(QDict) info = NULL;
+    size_t i, j;
 
     if (skip_without_kvm()) {
         return;
     }
-    /* Everything but timer passthrough; EBUSY for it. */
-    use_fake_kernel("grant=0x3b,refuse=16", log);
-    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
-    use_fake_kernel(NULL, NULL);
-    g_free(read_log(log));
-    assert_feature(info, "timer-passthrough", false, "none",
-                   "refused by the kernel (a host core is not exclusively "
-                   "this VM's); KVM emulates the TSC-deadline timer");
-    assert_feature(info, "irq-passthrough", true, "patched-kernel",
-                   "granted");
+    /* Each feature in turn refused (EBUSY), the others granted. */
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
+                                                0x3f & ~(1u << i));
+        g_autoptr(QDict) info = NULL;
+
+        use_fake_kernel(spec, log);
+        info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+        use_fake_kernel(NULL, NULL);
+        g_free(read_log(log));
+        for (j = 0; j < ARRAY_SIZE(features); j++) {
+            if (j == i) {
+                assert_feature(info, features[j], false,
+                               j == 0 && host_disable_exits() ?
+                               "upstream" : "none",
+                               "refused by the kernel (a host core is not "
+                               "exclusively this VM's)");
+            } else {
+                assert_feature(info, features[j], true, "patched-kernel",
+                               "granted");
+            }
+        }
+    }
     unlink(log);
 }
 
@@ -313,20 +326,31 @@ static void test_fake_refuses_under_on(void)
 {
     g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
                                            g_get_tmp_dir(), getpid());
-    g_autofree char *err = NULL, *text = NULL;
+    size_t i;
 
     if (skip_without_kvm()) {
         return;
     }
-    use_fake_kernel("grant=0x3b,refuse=16", log);
-    g_assert_cmpint(run_qemu("-accel hpkvm,timer-passthrough=on " CPU, &err),
-                    ==, 1);
-    use_fake_kernel(NULL, NULL);
-    text = read_log(log);
-    /* "on" is required: the kernel grants nothing rather than a part. */
-    g_assert(strstr(text, "required=0x4 -> EPERM"));
-    g_assert(strstr(err, "timer-passthrough=on, but the kernel refused it: "
-                    "a host core is not exclusively this VM's"));
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
+                                                0x3f & ~(1u << i));
+        g_autofree char *args = g_strdup_printf("-accel hpkvm,%s=on " CPU,
+                                                features[i]);
+        g_autofree char *required = g_strdup_printf("required=0x%x -> EPERM",
+                                                    1u << i);
+        g_autofree char *msg = g_strdup_printf(
+            "%s=on, but the kernel refused it: a host core is not "
+            "exclusively this VM's", features[i]);
+        g_autofree char *err = NULL, *text = NULL;
+
+        use_fake_kernel(spec, log);
+        g_assert_cmpint(run_qemu(args, &err), ==, 1);
+        use_fake_kernel(NULL, NULL);
+        text = read_log(log);
+        /* "on" is required: the kernel grants nothing rather than a part. */
+        g_assert(strstr(text, required));
+        g_assert(strstr(err, msg));
+    }
     unlink(log);
 }
 

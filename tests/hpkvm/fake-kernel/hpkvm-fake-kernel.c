@@ -166,6 +166,13 @@ int ioctl(int fd, unsigned long request, ...)
         if (request == HPKVM_ENABLE) {
             return fake_enable(arg);
         }
+        if (request == HPKVM_SET_IRTE) {
+            struct hpkvm_irte *irte = arg;
+
+            fake_log("HPKVM_SET_IRTE gsi=%u vcpu=%u vector=%u flags=0x%x",
+                     irte->gsi, irte->vcpu_id, irte->vector, irte->flags);
+            return 0;
+        }
         if (request == HPKVM_DISABLE) {
             fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ")", fk.granted);
             fk.granted = 0;
