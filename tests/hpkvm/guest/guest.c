@@ -11,6 +11,10 @@
  *             for counting halt exits)
  *   hold      after the result line, halt instead of ending QEMU, so the
  *             host can read statistics first
+ *   msix      program the MSI-X table of the first PCI function that has
+ *             one: entry 0 fixed to the BSP, entry 1 lowest priority; then
+ *             mask entry 0, retarget it to the first AP and unmask it (what
+ *             a driver does when it moves an interrupt)
  *
  * It needs no firmware services beyond what SeaBIOS and QEMU's multiboot
  * loader leave behind, and few VM exits, so it finishes in well under a
@@ -112,6 +116,19 @@ static inline uint8_t inb(uint16_t port)
     uint8_t v;
 
     __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port));
+    return v;
+}
+
+static inline void outl(uint16_t port, uint32_t v)
+{
+    __asm__ volatile("outl %0, %1" : : "a"(v), "Nd"(port));
+}
+
+static inline uint32_t inl(uint16_t port)
+{
+    uint32_t v;
+
+    __asm__ volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
     return v;
 }
 
@@ -513,6 +530,98 @@ static uint32_t wake_ap(uint32_t n, uint32_t *retries)
     return __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE) - 1;
 }
 
+/* PCI configuration mechanism #1 and MSI-X */
+
+#define PCI_CONFIG_ADDR     0xcf8
+#define PCI_CONFIG_DATA     0xcfc
+#define PCI_COMMAND_MEM_BUS 0x6         /* memory space, bus master */
+#define PCI_STATUS_CAP_LIST 0x10
+#define PCI_CAP_ID_MSIX     0x11
+#define MSIX_ENABLE         (1u << 15)
+#define MSIX_FUNCTION_MASK  (1u << 14)
+#define MSIX_ENTRY_MASKED   1u
+#define VEC_MSIX_FIXED      0x50
+#define VEC_MSIX_MOVED      0x51
+#define VEC_MSIX_LOWPRI     0x52
+#define MSI_DATA_LOWPRI     (1u << 8)
+
+static uint32_t pci_read(uint32_t bdf, uint32_t off)
+{
+    outl(PCI_CONFIG_ADDR, 0x80000000u | bdf << 8 | (off & 0xfc));
+    return inl(PCI_CONFIG_DATA);
+}
+
+static void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
+{
+    outl(PCI_CONFIG_ADDR, 0x80000000u | bdf << 8 | (off & 0xfc));
+    outl(PCI_CONFIG_DATA, v);
+}
+
+/* The first function on bus 0 with an MSI-X capability; false if none. */
+static bool find_msix(uint32_t *bdf, uint32_t *cap)
+{
+    for (*bdf = 0; *bdf < 256; (*bdf)++) {
+        uint32_t hdr;
+
+        if ((pci_read(*bdf, 0) & 0xffff) == 0xffff ||
+            !((pci_read(*bdf, 4) >> 16) & PCI_STATUS_CAP_LIST)) {
+            continue;
+        }
+        for (*cap = pci_read(*bdf, 0x34) & 0xfc; *cap;
+             *cap = (hdr >> 8) & 0xfc) {
+            hdr = pci_read(*bdf, *cap);
+            if ((hdr & 0xff) == PCI_CAP_ID_MSIX) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+static void msix_set_entry(uint32_t *entry, uint32_t dest, uint32_t data)
+{
+    /* MMIO: every access must reach the device, masked first. */
+    volatile uint32_t *e = entry;
+
+    e[3] = MSIX_ENTRY_MASKED;
+    e[0] = 0xfee00000u | dest << 12;
+    e[1] = 0;
+    e[2] = data;
+    e[3] = 0;
+}
+
+/* Returns the bus/device/function programmed, or fails the run. */
+static uint32_t program_msix(void)
+{
+    uint32_t bdf, cap, hdr, table, bar, bir;
+    uint64_t base;
+    uint32_t *entries;
+    uint32_t ap = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
+
+    if (!find_msix(&bdf, &cap)) {
+        fail("msix: no PCI function with MSI-X");
+    }
+    hdr = pci_read(bdf, cap);
+    table = pci_read(bdf, cap + 4);
+    bir = table & 7;
+    bar = pci_read(bdf, 0x10 + 4 * bir);
+    base = bar & ~0xfu;
+    if ((bar & 6) == 4) {
+        base |= (uint64_t)pci_read(bdf, 0x14 + 4 * bir) << 32;
+    }
+    entries = (uint32_t *)(uintptr_t)(base + (table & ~7u));
+    pci_write(bdf, 4, pci_read(bdf, 4) | PCI_COMMAND_MEM_BUS);
+
+    msix_set_entry(&entries[0], bsp_apic_id, VEC_MSIX_FIXED);
+    msix_set_entry(&entries[4], bsp_apic_id,
+                   MSI_DATA_LOWPRI | VEC_MSIX_LOWPRI);
+    pci_write(bdf, cap, (hdr & 0xffff) |
+              (((hdr >> 16) | MSIX_ENABLE) & ~MSIX_FUNCTION_MASK) << 16);
+    /* Move entry 0 to the first AP, as a driver would. */
+    msix_set_entry(&entries[0], ap, VEC_MSIX_MOVED);
+    return bdf;
+}
+
 /* The LAPIC timer */
 
 static bool has_feature_ecx1(int bit)
@@ -558,7 +667,7 @@ static uint64_t fire_timer(bool tsc_deadline)
 
 void bsp_main(void)
 {
-    uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i;
+    uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i, msix_bdf = 0;
     bool tsc_deadline;
     uint64_t timer_cycles;
 
@@ -612,6 +721,13 @@ void bsp_main(void)
         }
     }
 
+    if (option("msix")) {
+        if (ncpus < 2) {
+            fail("msix needs a second vCPU");
+        }
+        msix_bdf = program_msix();
+    }
+
     puts_serial("hpkvm-guest: PASS cpus=");
     putu_serial(ipis + 1);
     puts_serial("/");
@@ -622,6 +738,10 @@ void bsp_main(void)
     puts_serial(tsc_deadline ? " timer=tsc-deadline" : " timer=oneshot");
     puts_serial(" timer-cycles=");
     putu_serial(timer_cycles);
+    if (option("msix")) {
+        puts_serial(" msix-bdf=");
+        putu_serial(msix_bdf);
+    }
     if (halts) {
         puts_serial(" halts=");
         putu_serial(woken);

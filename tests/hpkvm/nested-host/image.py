@@ -229,6 +229,10 @@ def hpkvm_inputs(build):
                       os.path.join(build, "tests/hpkvm/guest", name)))
     files.append(("hpkvm/bin/qmp-exec",
                   os.path.join(build, "tests/hpkvm/nested-host/qmp-exec")))
+    # The test double of the patched kernel, for tests that LD_PRELOAD it.
+    files.append(("hpkvm/lib/libhpkvm-fake-kernel.so",
+                  os.path.join(build, "tests/hpkvm/fake-kernel",
+                               "libhpkvm-fake-kernel.so")))
     return files
 
 

@@ -9,7 +9,9 @@
   fallbacks it used on this unpatched kernel;
 - a tap with vhost=on starts the kernel's vhost worker, and SR-IOV VFs
   bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
-  opens.
+  opens;
+- hpkvm's direct VFIO IRTE calls follow the guest's MSI-X programming of
+  a real VF (the patched kernel played by the test double).
 
 Prints TAP.  Each test boots the nested host once (~4 s to the shell;
 the rest is TCG running KVM).
@@ -193,6 +195,56 @@ done
     assert len(bound) == 2, vfs
     for v in bound:
         assert "pf_driver=igb" in v and "opens=yes" in v, v
+
+
+@test
+def vfio_irte_follows_the_guest_msix():
+    # The patched kernel is the test double here (LD_PRELOAD): this checks
+    # QEMU's side, on a real VF with real VFIO and KVM routes.
+    res = run(PAYLOAD_LIB + r"""
+vf=
+for d in /sys/bus/pci/devices/*; do
+    if [ "$(basename "$(readlink $d/driver)")" = vfio-pci ]; then
+        vf=$(basename $d)
+        break
+    fi
+done
+echo "vf: $vf"
+export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
+export HPKVM_FAKE_KERNEL=supported=0x3f HPKVM_FAKE_KERNEL_LOG=/tmp/fake.log
+guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
+    -append "msix hold" || exit 1
+unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
+qmp-exec /tmp/qmp.sock cont > /dev/null
+wait_serial
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+sed 's/^/fake: /' /tmp/fake.log
+""", vfs=2, vfio_vfs=1)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    serial = lines_with(res.output, "serial: ")[0]
+    assert "hpkvm-guest: PASS" in serial and "msix-bdf=" in serial, serial
+    info = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    irte = [f for f in info["features"] if f["feature"] == "vfio-irte"][0]
+    assert irte["granted"], irte
+    # HPKVM_SET_IRTE calls, in order, as {"gsi": .., "vcpu": .., ...}.
+    sets = [dict(f.split("=") for f in line.split()[1:])
+            for line in lines_with(res.output, "fake: ")
+            if line.startswith("HPKVM_SET_IRTE")]
+    print(f"# HPKVM_SET_IRTE calls: {sets}")
+    # Entry 0, fixed to the BSP (APIC ID 0), vector 0x50: direct.
+    first = [c for c in sets
+             if (c["vcpu"], c["vector"], c["flags"]) == ("0", "80", "0x0")]
+    assert first, sets
+    gsi = first[0]["gsi"]
+    # Entry 1, lowest priority: left to KVM, its entry cleared.
+    assert any(c["flags"] == "0x1" and c["gsi"] != gsi for c in sets), sets
+    # Entry 0 moved to the AP (APIC ID 1), vector 0x51: programmed again.
+    assert {"gsi": gsi, "vcpu": "1", "vector": "81",
+            "flags": "0x0"} in sets, sets
+    assert info["irte-direct"] >= 2 and info["irte-fallback"] >= 1, info
 
 
 def main():
