@@ -225,6 +225,57 @@ static void test_on_without_patched_kernel_fails(void)
     g_assert(strstr(err, "irq-passthrough=auto"));
 }
 
+/* Where HLT still exits, hpkvm sets halt polling for dedicated cores. */
+static void test_halt_poll_where_hlt_exits(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autoptr(QDict) info = NULL;
+    int fd;
+    bool has_halt_poll;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    fd = open("/dev/kvm", O_RDWR);
+    has_halt_poll = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_HALT_POLL) > 0;
+    close(fd);
+    /* A KVM that cannot disable any exit. */
+    use_fake_kernel("supported=0,disable_exits=0", log);
+    info = query_hpkvm("-accel hpkvm " CPU);
+    use_fake_kernel(NULL, NULL);
+    g_assert(!has_exit(info, "hlt"));
+    g_assert_cmpint(qdict_haskey(info, "halt-poll-ns"), ==, has_halt_poll);
+    if (has_halt_poll) {
+        g_assert_cmpint(qdict_get_int(info, "halt-poll-ns"), ==, 200000);
+    }
+    assert_feature(info, "exclusive-cores", false, "upstream",
+                   "KVM_HINTS_REALTIME");
+    unlink(log);
+}
+
+static void test_info_hpkvm(void)
+{
+    QTestState *qts;
+    g_autofree char *out = NULL;
+
+    if (skip_without_kvm()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    qts = qtest_initf("-S -machine pc -smp 2 -accel hpkvm " CPU);
+    out = qtest_hmp(qts, "info hpkvm");
+    qtest_quit(qts);
+    g_test_message("%s", out);
+    g_assert(strstr(out, "hpkvm: in use; kernel hpkvm contract version 0 "
+                    "(unpatched KVM)"));
+    g_assert(g_regex_match_simple("^irq-passthrough +auto +no +none +the "
+                                  "kernel has no hpkvm extension", out,
+                                  G_REGEX_MULTILINE, 0));
+    g_assert(strstr(out, "realtime hint: yes"));
+    g_assert(strstr(out, "VFIO MSI programmings: 0 direct, 0 left to KVM"));
+}
+
 static void test_bad_values(void)
 {
     size_t i;
@@ -394,6 +445,9 @@ int main(int argc, char **argv)
                    test_exclusive_cores_off);
     qtest_add_func("/hpkvm/negotiate/on-needs-patched-kernel",
                    test_on_without_patched_kernel_fails);
+    qtest_add_func("/hpkvm/negotiate/halt-poll",
+                   test_halt_poll_where_hlt_exits);
+    qtest_add_func("/hpkvm/negotiate/info-hpkvm", test_info_hpkvm);
     qtest_add_func("/hpkvm/negotiate/bad-values", test_bad_values);
     qtest_add_func("/hpkvm/negotiate/impossible-combinations",
                    test_impossible_combinations);

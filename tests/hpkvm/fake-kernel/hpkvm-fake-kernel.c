@@ -16,6 +16,8 @@
  *                    EOPNOTSUPP)
  *   enable=ERRNO     make HPKVM_ENABLE fail with ERRNO after granting
  *                    (a kernel failing part way; default 0, succeed)
+ *   disable_exits=N  answer KVM_CHECK_EXTENSION(KVM_CAP_X86_DISABLE_EXITS)
+ *                    with N instead of asking the real KVM
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
  * Copyright (c) 2026 The hpkvm developers
@@ -36,11 +38,13 @@ static struct {
     uint64_t grant;
     int refuse;
     int enable_errno;
+    int disable_exits;          /* -1: the real KVM's answer */
     uint64_t granted;           /* the fake VM's state */
 } fk = {
     .supported = ALL_FEATURES,
     .grant = ALL_FEATURES,
     .refuse = EOPNOTSUPP,
+    .disable_exits = -1,
 };
 
 static void G_GNUC_PRINTF(1, 2) fake_log(const char *fmt, ...)
@@ -90,6 +94,8 @@ static void __attribute__((constructor)) fake_init(void)
             fk.refuse = atoi(val);
         } else if (!strcmp(tok, "enable")) {
             fk.enable_errno = atoi(val);
+        } else if (!strcmp(tok, "disable_exits")) {
+            fk.disable_exits = atoi(val);
         }
     }
     if (!grant_set) {
@@ -100,7 +106,9 @@ static void __attribute__((constructor)) fake_init(void)
 
 static int fake_enable(struct hpkvm_enable *req)
 {
-    uint64_t grant = req->requested & fk.grant & fk.supported;
+    /* __u64 is unsigned long long: print through uint64_t. */
+    uint64_t requested = req->requested, required = req->required;
+    uint64_t grant = requested & fk.grant & fk.supported;
     int f;
 
     for (f = 0; f < HPKVM_FEATURE_NR; f++) {
@@ -112,7 +120,7 @@ static int fake_enable(struct hpkvm_enable *req)
     if (req->required & ~grant) {
         req->granted = 0;
         fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " required=0x%" PRIx64
-                 " -> EPERM", req->requested, req->required);
+                 " -> EPERM", requested, required);
         errno = EPERM;
         return -1;
     }
@@ -121,14 +129,14 @@ static int fake_enable(struct hpkvm_enable *req)
     if (fk.enable_errno) {
         /* Half applied: the state stays until HPKVM_DISABLE. */
         fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " granted=0x%" PRIx64
-                 " -> fails part way (errno %d)", req->requested, grant,
+                 " -> fails part way (errno %d)", requested, grant,
                  fk.enable_errno);
         errno = fk.enable_errno;
         return -1;
     }
     fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " required=0x%" PRIx64
-             " nr_vcpus=%u granted=0x%" PRIx64, req->requested,
-             req->required, req->nr_vcpus, grant);
+             " nr_vcpus=%u granted=0x%" PRIx64, requested, required,
+             req->nr_vcpus, grant);
     return 0;
 }
 
@@ -152,6 +160,10 @@ int ioctl(int fd, unsigned long request, ...)
             fake_log("KVM_CHECK_EXTENSION KVM_CAP_HPKVM -> %d",
                      HPKVM_VERSION);
             return HPKVM_VERSION;
+        }
+        if (request == KVM_CHECK_EXTENSION && fk.disable_exits >= 0 &&
+            (uintptr_t)arg == KVM_CAP_X86_DISABLE_EXITS) {
+            return fk.disable_exits;
         }
         if (request == HPKVM_GET_CAPS) {
             struct hpkvm_caps *caps = arg;
