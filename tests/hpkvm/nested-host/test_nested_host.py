@@ -42,9 +42,11 @@ guest_qemu() {
     done
     return 0
 }
+# The guest's result line, once complete (it is written byte by byte).
 wait_serial() {
     i=0
-    while ! grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/serial.log 2>/dev/null; do
+    until grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/serial.log 2>/dev/null &&
+          [ -z "$(tail -c 1 /tmp/serial.log)" ]; do
         sleep 0.2; i=$((i + 1)); [ $i -gt 1500 ] && break
     done
     echo "serial: $(cat /tmp/serial.log)"
