@@ -26,7 +26,6 @@ struct HPKVMState {
     HpkvmFeatureState feat[HPKVM_FEATURE__MAX];
     bool negotiated;
     int kernel_version;         /* 0: unpatched KVM */
-    uint64_t kernel_supported;  /* HPKVM_FEAT_* of HPKVM_GET_CAPS */
     uint32_t disabled_exits;    /* KVM_X86_DISABLE_EXITS_* granted */
     bool realtime_hint;
     int64_t halt_poll_ns;       /* -1: the kernel's default */

@@ -7,7 +7,6 @@
  */
 
 #include "qemu/osdep.h"
-#include "hw/core/cpu.h"
 #include "hpkvm-kernel.h"
 #include "trace.h"
 
@@ -40,15 +39,6 @@ int hpkvm_kernel_disable(KVMState *s)
     int ret = kvm_vm_ioctl(s, HPKVM_DISABLE);
 
     trace_hpkvm_kernel_disable(ret);
-    return ret;
-}
-
-int hpkvm_kernel_bind_vcpu(CPUState *cpu, uint32_t host_cpu)
-{
-    struct hpkvm_vcpu_bind bind = { .host_cpu = host_cpu };
-    int ret = kvm_vcpu_ioctl(cpu, HPKVM_BIND_VCPU, &bind);
-
-    trace_hpkvm_kernel_bind_vcpu(cpu->cpu_index, host_cpu, ret);
     return ret;
 }
 

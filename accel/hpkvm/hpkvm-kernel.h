@@ -20,7 +20,6 @@
 int hpkvm_kernel_probe(KVMState *s, struct hpkvm_caps *caps);
 int hpkvm_kernel_enable(KVMState *s, struct hpkvm_enable *req);
 int hpkvm_kernel_disable(KVMState *s);
-int hpkvm_kernel_bind_vcpu(CPUState *cpu, uint32_t host_cpu);
 int hpkvm_kernel_set_irte(KVMState *s, const struct hpkvm_irte *irte);
 
 #endif

@@ -231,7 +231,6 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         return false;
     }
     s->kernel_version = ret;
-    s->kernel_supported = ret ? caps.supported : 0;
 
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
         g_autofree char *owned = NULL;

@@ -67,7 +67,7 @@ if [ "$need_sources" = no ] && [ -z "$need_base" ] && [ -z "$need_bpo" ]; then
 fi
 
 if [ "$(id -u)" != 0 ]; then
-    echo "hpkvm: missing build dependencies:${need_base:+ $need_base}${need_bpo:+ $need_bpo (bookworm-backports)}${need_sources:+}" >&2
+    echo "hpkvm: missing build dependencies:${need_base:+ $need_base}${need_bpo:+ $need_bpo (bookworm-backports)}" >&2
     [ "$need_sources" = yes ] && echo "hpkvm: and the apt source $sources" >&2
     echo "hpkvm: run this once as root, then configure again:" >&2
     echo "    sudo $0" >&2
