@@ -507,7 +507,9 @@ static uint64_t option(const char *name)
  * way into HLT, so that the AP executes exactly n HLTs that IPIs end.
  * An IPI the AP has not answered within WAKE_RETRY_CYCLES is sent again
  * and counted in *retries (a wake-up the platform lost, or a slow one).
- * Returns the number of HLTs the AP left.
+ * Returns the number of HLTs the AP left: at least n, more if an HLT
+ * ended without an IPI (e.g. a hypervisor re-entering the guest after a
+ * native HLT).
  */
 static uint32_t wake_ap(uint32_t n, uint32_t *retries)
 {
