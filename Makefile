@@ -22,7 +22,8 @@ RUN_TIMEOUT ?= 120
 # (built from source; one target makes them all) and the test guest.
 RUN_TARGETS := qemu-system-x86_64 \
 	pc-bios/multiboot_dma.bin \
-	tests/hpkvm/guest/hpkvm-guest.elf
+	tests/hpkvm/guest/hpkvm-guest.elf \
+	accel/hpkvm/qemu-hpkvm-recover
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \

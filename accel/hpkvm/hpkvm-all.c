@@ -37,6 +37,66 @@ static const char *const feature_descriptions[HPKVM_FEATURE__MAX] = {
         "host tick off while a vCPU runs (on|off|auto)",
 };
 
+static void hpkvm_get_dynamic_isolation(Object *obj, Visitor *v,
+                                        const char *name, void *opaque,
+                                        Error **errp)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+
+    visit_type_OnOffAuto(v, name, &s->dynamic_isolation, errp);
+}
+
+static void hpkvm_set_dynamic_isolation(Object *obj, Visitor *v,
+                                        const char *name, void *opaque,
+                                        Error **errp)
+{
+    HPKVMState *s = HPKVM_ACCEL(obj);
+
+    visit_type_OnOffAuto(v, name, &s->dynamic_isolation, errp);
+}
+
+/* The string properties of host placement, by offset in HPKVMState. */
+static const struct {
+    const char *name;
+    size_t offset;
+    const char *description;
+} str_props[] = {
+    { "host-cpus", offsetof(HPKVMState, host_cpus_opt),
+      "host cores for the vCPUs, vCPU i on the i-th (e.g. 2-5,8); leased "
+      "host-wide" },
+    { "housekeeping-cpus", offsetof(HPKVMState, housekeeping_opt),
+      "host cores for QEMU's other threads (default: the online cores no "
+      "VM leases)" },
+    { "host-root", offsetof(HPKVMState, host_root),
+      "where the host's /proc, /sys and cgroups are (default /; a fake "
+      "tree for tests)" },
+    { "state-dir", offsetof(HPKVMState, state_dir),
+      "host directory of the core leases and the journal of host changes "
+      "(default /run/hpkvm, under host-root)" },
+};
+
+static void hpkvm_get_str(Object *obj, Visitor *v, const char *name,
+                          void *opaque, Error **errp)
+{
+    char **field = (char **)((char *)obj + (uintptr_t)opaque);
+    g_autofree char *value = g_strdup(*field ?: "");
+
+    visit_type_str(v, name, &value, errp);
+}
+
+static void hpkvm_set_str(Object *obj, Visitor *v, const char *name,
+                          void *opaque, Error **errp)
+{
+    char **field = (char **)((char *)obj + (uintptr_t)opaque);
+    char *value;
+
+    if (!visit_type_str(v, name, &value, errp)) {
+        return;
+    }
+    g_free(*field);
+    *field = value;
+}
+
 static void hpkvm_get_feature(Object *obj, Visitor *v, const char *name,
                               void *opaque, Error **errp)
 {
@@ -88,6 +148,7 @@ static int hpkvm_init_machine(MachineState *ms)
     HPKVMState *s = HPKVM_ACCEL(ms->accelerator);
     KVMState *k = KVM_STATE(s);
     const char *device = k->device ?: "/dev/kvm";
+    Error *err = NULL;
     int ret;
 
     ret = hpkvm_check_device(device);
@@ -95,6 +156,10 @@ static int hpkvm_init_machine(MachineState *ms)
         return ret;
     }
 
+    if (!hpkvm_placement_init(s, ms->smp.max_cpus, &err)) {
+        error_report_err(err);
+        return -EINVAL;
+    }
     hpkvm_arch_init_machine(s);
     ret = hc->parent_init_machine(ms);
     if (ret < 0) {
@@ -119,6 +184,9 @@ static void hpkvm_accel_instance_init(Object *obj)
         s->feat[i].requested = ON_OFF_AUTO_AUTO;
     }
     s->halt_poll_ns = -1;
+    s->dynamic_isolation = ON_OFF_AUTO_AUTO;
+    s->host_root = g_strdup("/");
+    s->state_dir = g_strdup("/run/hpkvm");
 }
 
 static void hpkvm_accel_instance_finalize(Object *obj)
@@ -129,6 +197,7 @@ static void hpkvm_accel_instance_finalize(Object *obj)
     for (i = 0; i < HPKVM_FEATURE__MAX; i++) {
         g_free(s->feat[i].reason);
     }
+    hpkvm_placement_finalize(s);
 }
 
 static void hpkvm_accel_class_init(ObjectClass *oc, void *data)
@@ -149,6 +218,20 @@ static void hpkvm_accel_class_init(ObjectClass *oc, void *data)
                                   hpkvm_set_feature, NULL, (void *)i);
         object_class_property_set_description(oc, name,
                                               feature_descriptions[i]);
+    }
+
+    object_class_property_add(oc, "dynamic-isolation", "OnOffAuto",
+                              hpkvm_get_dynamic_isolation,
+                              hpkvm_set_dynamic_isolation, NULL, NULL);
+    object_class_property_set_description(oc, "dynamic-isolation",
+        "move host IRQs and host tasks off host-cpus= while the VM runs "
+        "(on|off|auto)");
+    for (i = 0; i < ARRAY_SIZE(str_props); i++) {
+        object_class_property_add(oc, str_props[i].name, "str", hpkvm_get_str,
+                                  hpkvm_set_str, NULL,
+                                  (void *)str_props[i].offset);
+        object_class_property_set_description(oc, str_props[i].name,
+                                              str_props[i].description);
     }
 }
 

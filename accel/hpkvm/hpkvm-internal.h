@@ -12,6 +12,8 @@
 #include "system/kvm_int.h"
 #include "system/hpkvm.h"
 #include "qapi/qapi-types-hpkvm.h"
+#include "qemu/notify.h"
+#include "hpkvm-lease.h"
 
 typedef struct HpkvmFeatureState {
     OnOffAuto requested;        /* the property */
@@ -31,6 +33,22 @@ struct HPKVMState {
     int64_t halt_poll_ns;       /* -1: the kernel's default */
     uint64_t irte_direct;       /* VFIO MSI programmings sent direct */
     uint64_t irte_fallback;     /* ... and left to KVM's delivery */
+
+    /* Host cores and isolation (hpkvm-placement.c) */
+    char *host_cpus_opt;        /* host-cpus= */
+    char *housekeeping_opt;     /* housekeeping-cpus= */
+    char *host_root;            /* host-root=, "/" by default */
+    char *state_dir;            /* state-dir=, under host-root */
+    OnOffAuto dynamic_isolation;
+    HpkvmHost host;
+    HpkvmCpuSet housekeeping;
+    unsigned *vcpu_core;        /* by cpu_index: the i-th of host-cpus */
+    int *vcpu_tid;              /* by cpu_index; 0 until bound */
+    unsigned nr_cores;
+    HpkvmLeases *leases;        /* NULL without host-cpus= */
+    HpkvmIsolation *isolation;
+    bool isolated;              /* this VM's leases are in the host state */
+    Notifier exit_notifier;
 };
 
 /* What the guest's CPUs look like, for the checks negotiation makes. */
@@ -52,6 +70,17 @@ typedef struct HpkvmGuestFacts {
 bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *guest,
                      Error **errp);
 HpkvmInfo *hpkvm_report(HPKVMState *s);
+
+/*
+ * hpkvm-placement.c: at machine initialisation, before KVM creates
+ * anything, check host-cpus= and housekeeping-cpus=, lease the cores,
+ * isolate them, and move QEMU's threads to the housekeeping cores; bind
+ * each vCPU thread to its core when it is created; undo at exit.
+ */
+bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp);
+void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu);
+void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info);
+void hpkvm_placement_finalize(HPKVMState *s);
 
 /* Per target: called before and after KVM's machine initialisation. */
 void hpkvm_arch_init_machine(HPKVMState *s);

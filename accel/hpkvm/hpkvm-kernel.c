@@ -50,3 +50,10 @@ int hpkvm_kernel_set_irte(KVMState *s, const struct hpkvm_irte *irte)
                                 irte->flags, ret);
     return ret;
 }
+
+int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu)
+{
+    struct hpkvm_vcpu_bind bind = { .host_cpu = host_cpu };
+
+    return kvm_vcpu_ioctl(cpu, HPKVM_BIND_VCPU, &bind);
+}

@@ -21,5 +21,7 @@ int hpkvm_kernel_probe(KVMState *s, struct hpkvm_caps *caps);
 int hpkvm_kernel_enable(KVMState *s, struct hpkvm_enable *req);
 int hpkvm_kernel_disable(KVMState *s);
 int hpkvm_kernel_set_irte(KVMState *s, const struct hpkvm_irte *irte);
+/* From @cpu's own thread, before its first KVM_RUN. */
+int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu);
 
 #endif

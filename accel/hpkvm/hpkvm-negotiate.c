@@ -60,11 +60,18 @@ static HpkvmMechanism fallback(HPKVMState *s, int f, const char **text)
 {
     switch (f) {
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
+        if (s->leases) {
+            *text = "QEMU binds each vCPU thread to its leased core "
+                    "(host-cpus=) from user space, with upstream KVM's "
+                    "KVM_CAP_X86_DISABLE_EXITS and KVM_HINTS_REALTIME where "
+                    "they were granted";
+            return HPKVM_MECHANISM_UPSTREAM;
+        }
         if (s->disabled_exits || s->realtime_hint) {
             *text = "upstream KVM keeps the guest on its cores instead: "
                     "KVM_CAP_X86_DISABLE_EXITS and the KVM_HINTS_REALTIME "
-                    "CPUID hint (the vCPU threads are pinned from user "
-                    "space only once host-cpus= exists)";
+                    "CPUID hint (vCPU threads are not pinned: no "
+                    "host-cpus=)";
             return HPKVM_MECHANISM_UPSTREAM;
         }
         *text = "KVM's defaults: HLT and PAUSE exit, vCPUs may move";
@@ -383,5 +390,6 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
     info->irte_direct = s->irte_direct;
     info->has_irte_fallback = true;
     info->irte_fallback = s->irte_fallback;
+    hpkvm_placement_report(s, info);
     return info;
 }

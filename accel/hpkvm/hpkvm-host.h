@@ -1,0 +1,68 @@
+/*
+ * hpkvm: the host as hpkvm's isolation sees it, through one root
+ *
+ * Every host path hpkvm reads or changes (/proc, /sys, the cgroup
+ * mounts, /run/hpkvm) is taken relative to a root, "/" on a real host
+ * and a fake tree in tests.  What cannot be done through files, setting
+ * another task's CPU affinity, is an operation of the host: the real
+ * syscall when the root is "/", none (refused, reported) in a fake tree
+ * unless a test supplies one.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef ACCEL_HPKVM_HOST_H
+#define ACCEL_HPKVM_HOST_H
+
+#include "hpkvm-cpuset.h"
+
+typedef struct HpkvmHost {
+    char *root;                 /* "/" or a fake tree, without trailing / */
+    bool real;                  /* root is "/": this host's processes */
+    /* Returns 0 or -errno; NULL where the root is not the real one. */
+    int (*set_affinity)(pid_t tid, const HpkvmCpuSet *cpus);
+} HpkvmHost;
+
+/* What /proc says about one task. */
+typedef struct HpkvmTask {
+    pid_t pid;                  /* its process */
+    pid_t tid;
+    uint64_t start;             /* start time: tells a reused tid apart */
+    bool kthread;               /* PF_KTHREAD */
+    bool pinned_by_kernel;      /* PF_NO_SETAFFINITY: per-CPU kthread */
+    HpkvmCpuSet allowed;        /* Cpus_allowed_list */
+    char comm[32];
+} HpkvmTask;
+
+void hpkvm_host_init(HpkvmHost *h, const char *root);
+void hpkvm_host_cleanup(HpkvmHost *h);
+
+/* @path, absolute on the host, inside the root. */
+char *hpkvm_host_path(const HpkvmHost *h, const char *path);
+
+/* File access under the root; each returns 0 or -errno. */
+int hpkvm_host_read(const HpkvmHost *h, const char *path, char **text);
+int hpkvm_host_write(const HpkvmHost *h, const char *path, const char *text);
+/* Adds a line: cgroup.procs on a real host, a log of moves in a fake one */
+int hpkvm_host_append(const HpkvmHost *h, const char *path,
+                      const char *text);
+int hpkvm_host_mkdir(const HpkvmHost *h, const char *path);
+/* Removes a directory hpkvm created (a cgroup, or its fake stand-in). */
+int hpkvm_host_rmdir(const HpkvmHost *h, const char *path);
+bool hpkvm_host_exists(const HpkvmHost *h, const char *path);
+/* The names in a directory, or NULL if it cannot be read. */
+GStrv hpkvm_host_list(const HpkvmHost *h, const char *path);
+
+bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
+                          HpkvmCpuSet *cpus, Error **errp);
+
+/* Processes (/proc/PID) and one process's threads, in numeric order. */
+GArray *hpkvm_host_pids(const HpkvmHost *h);
+GArray *hpkvm_host_tids(const HpkvmHost *h, pid_t pid);
+/* Fills @task from /proc; false if the task is gone. */
+bool hpkvm_host_task(const HpkvmHost *h, pid_t pid, pid_t tid,
+                     HpkvmTask *task);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * hpkvm: the journal of host changes, and their undoing
+ *
+ * Before hpkvm changes anything on the host it appends the old value to
+ * <state-dir>/host.journal and syncs it.  The journal is host-wide, like
+ * the leases, and changed only under hpkvm_leases_lock_host(): it holds
+ * the state from before the first lease, whichever VM made each change.
+ * Replaying it, newest first, puts the host back as it was; that happens
+ * when the last lease goes, whether its VM exited, was killed or the
+ * recovery tool found it gone.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef ACCEL_HPKVM_JOURNAL_H
+#define ACCEL_HPKVM_JOURNAL_H
+
+#include "hpkvm-host.h"
+
+typedef enum HpkvmUndo {
+    HPKVM_UNDO_WRITE = 'W',         /* key: a file; old: its content */
+    HPKVM_UNDO_MKDIR = 'D',         /* key: a cgroup; old: the parent's */
+    HPKVM_UNDO_MOVE = 'P',          /* key: "pid:start"; old: its cgroup */
+    HPKVM_UNDO_AFFINITY = 'A',      /* key: "pid/tid:start"; old: CPUs */
+    HPKVM_UNDO_CONTROLLER = 'C',    /* key: subtree_control; old: name */
+} HpkvmUndo;
+
+typedef struct HpkvmJournal HpkvmJournal;
+
+HpkvmJournal *hpkvm_journal_open(const HpkvmHost *h, const char *state_dir,
+                                 Error **errp);
+void hpkvm_journal_close(HpkvmJournal *j);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC(HpkvmJournal, hpkvm_journal_close)
+
+/* The host file the journal lives in. */
+const char *hpkvm_journal_path(HpkvmJournal *j);
+bool hpkvm_journal_empty(HpkvmJournal *j);
+
+/* The value recorded before the first change of @key, or NULL. */
+const char *hpkvm_journal_original(HpkvmJournal *j, HpkvmUndo kind,
+                                   const char *key);
+/*
+ * Record @old before changing @key, durably; a key already recorded
+ * keeps its first, original value.
+ */
+bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
+                          const char *old, Error **errp);
+
+/*
+ * Undo every change, newest first, and empty the journal.  What could not
+ * be undone (a task gone is not a failure) is appended to @failures.
+ */
+void hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures);
+
+/* Keys of the task records: a task is only touched if still the same. */
+char *hpkvm_journal_task_key(pid_t pid, pid_t tid, uint64_t start);
+
+#endif

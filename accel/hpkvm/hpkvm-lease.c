@@ -1,0 +1,192 @@
+/*
+ * hpkvm: host-wide leases of host cores
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/cutils.h"
+#include "qapi/error.h"
+#include "hpkvm-lease.h"
+#include "trace.h"
+
+static char *lease_path(const HpkvmHost *h, const char *state_dir,
+                        const char *name)
+{
+    g_autofree char *dir = g_strconcat(state_dir, "/leases", NULL);
+    g_autofree char *full = hpkvm_host_path(h, dir);
+
+    g_mkdir_with_parents(full, 0755);
+    return name ? g_build_filename(full, name, NULL) : g_steal_pointer(&full);
+}
+
+static int open_lock_file(const char *path)
+{
+    return qemu_open_old(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static int ofd_lock(int fd, int cmd, short type)
+{
+    struct flock fl = {
+        .l_type = type,
+        .l_whence = SEEK_SET,
+    };
+
+    return fcntl(fd, cmd, &fl) < 0 ? -errno : 0;
+}
+
+/* The pid a lease file names, 0 if none. */
+static pid_t lease_owner(int fd)
+{
+    char buf[32] = "";
+    int pid = 0;
+
+    if (pread(fd, buf, sizeof(buf) - 1, 0) > 0) {
+        qemu_strtoi(buf, NULL, 10, &pid);
+    }
+    return pid > 0 ? pid : 0;
+}
+
+static bool lease_locked(int fd)
+{
+    struct flock fl = {
+        .l_type = F_WRLCK,
+        .l_whence = SEEK_SET,
+    };
+
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
+void hpkvm_leases_init(HpkvmLeases *l)
+{
+    int i;
+
+    hpkvm_cpuset_clear(&l->held);
+    for (i = 0; i < HPKVM_MAX_HOST_CPUS; i++) {
+        l->fd[i] = -1;
+    }
+}
+
+bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
+                       const char *state_dir, const HpkvmCpuSet *cores,
+                       Error **errp)
+{
+    unsigned cpu;
+
+    /* Ascending order; a refusal releases what was taken. */
+    HPKVM_CPUSET_FOREACH(cpu, cores) {
+        g_autofree char *name = g_strdup_printf("cpu%u", cpu);
+        g_autofree char *path = lease_path(h, state_dir, name);
+        g_autofree char *pid = g_strdup_printf("%d\n", getpid());
+        int fd = open_lock_file(path);
+        int ret;
+
+        if (fd < 0) {
+            error_setg_errno(errp, errno, "hpkvm: cannot open the lease of "
+                             "host core %u, %s: check that the state-dir "
+                             "is writable", cpu, path);
+            goto fail;
+        }
+        ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
+        if (ret < 0) {
+            pid_t owner = lease_owner(fd);
+
+            close(fd);
+            if (ret == -EAGAIN || ret == -EACCES) {
+                error_setg(errp, "hpkvm: host core %u is leased by another "
+                           "VM (pid %d): choose other cores in host-cpus=, "
+                           "or stop that VM", cpu, owner);
+            } else {
+                error_setg_errno(errp, -ret, "hpkvm: cannot lock the lease "
+                                 "of host core %u, %s", cpu, path);
+            }
+            goto fail;
+        }
+        if (ftruncate(fd, 0) < 0 ||
+            pwrite(fd, pid, strlen(pid), 0) != strlen(pid)) {
+            error_setg_errno(errp, errno, "hpkvm: cannot write the lease "
+                             "of host core %u, %s", cpu, path);
+            close(fd);
+            goto fail;
+        }
+        l->fd[cpu] = fd;
+        set_bit(cpu, l->held.bits);
+        trace_hpkvm_lease_take(cpu, getpid());
+    }
+    return true;
+
+fail:
+    hpkvm_leases_release(l);
+    return false;
+}
+
+void hpkvm_leases_release(HpkvmLeases *l)
+{
+    unsigned cpu;
+
+    HPKVM_CPUSET_FOREACH(cpu, &l->held) {
+        /*
+         * The file stays: removing it could let one VM lock a new file of
+         * the same name while another has the old one open.  Its pid is
+         * left too: only a locked file names an owner.
+         */
+        close(l->fd[cpu]);
+        l->fd[cpu] = -1;
+        trace_hpkvm_lease_release(cpu);
+    }
+    hpkvm_cpuset_clear(&l->held);
+}
+
+void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
+                       HpkvmLeaseMap *map)
+{
+    g_autofree char *dir = lease_path(h, state_dir, NULL);
+    g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+    const char *name;
+
+    memset(map, 0, sizeof(*map));
+    while (d && (name = g_dir_read_name(d))) {
+        g_autofree char *path = g_build_filename(dir, name, NULL);
+        unsigned cpu;
+        int fd;
+
+        if (!g_str_has_prefix(name, "cpu") ||
+            qemu_strtoui(name + 3, NULL, 10, &cpu) < 0 ||
+            cpu >= HPKVM_MAX_HOST_CPUS) {
+            continue;
+        }
+        fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            continue;
+        }
+        /* Our own leases too: OFD locks conflict across descriptions. */
+        if (lease_locked(fd)) {
+            set_bit(cpu, map->leased.bits);
+            map->owner[cpu] = lease_owner(fd);
+        }
+        close(fd);
+    }
+}
+
+int hpkvm_leases_lock_host(const HpkvmHost *h, const char *state_dir,
+                           Error **errp)
+{
+    g_autofree char *path = lease_path(h, state_dir, "host.lock");
+    int fd = open_lock_file(path);
+    int ret;
+
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "hpkvm: cannot open %s: check that "
+                         "the state-dir is writable", path);
+        return -1;
+    }
+    ret = ofd_lock(fd, F_OFD_SETLKW, F_WRLCK);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "hpkvm: cannot lock %s", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}

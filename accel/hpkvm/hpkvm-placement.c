@@ -1,0 +1,421 @@
+/*
+ * hpkvm: dedicated host cores for the vCPUs, housekeeping cores for the
+ * rest of QEMU, and the host's isolation around them
+ *
+ * At machine initialisation, before KVM creates anything: every check of
+ * host-cpus= and housekeeping-cpus= (each refusal names the core and the
+ * fix), then, under the host lock, the leases (all or nothing) and the
+ * host's isolation, then QEMU's threads to the housekeeping cores.  Each
+ * vCPU thread is bound to its core from its own thread before it first
+ * enters the guest (hot-plugged ones too: host-cpus= must cover
+ * -smp maxcpus).  At exit the leases go and the host is reconciled with
+ * the leases left; see hpkvm-isolate.h for the undoing after a crash.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
+#include "qapi/error.h"
+#include "qapi/qapi-visit-hpkvm.h"
+#include "qapi/clone-visitor.h"
+#include "hw/core/cpu.h"
+#include "system/system.h"
+#include "hpkvm-internal.h"
+#include "hpkvm-isolate.h"
+#include "hpkvm-kernel.h"
+#include "trace.h"
+
+#define CPU_SYSFS "/sys/devices/system/cpu"
+
+/* Every core of @cores present and online; what is wrong, with the fix. */
+static bool check_cores(HPKVMState *s, const char *opt,
+                        const HpkvmCpuSet *cores, const HpkvmCpuSet *present,
+                        const HpkvmCpuSet *online, Error **errp)
+{
+    unsigned cpu;
+
+    HPKVM_CPUSET_FOREACH(cpu, cores) {
+        if (!hpkvm_cpuset_has(present, cpu)) {
+            g_autofree char *list = hpkvm_cpuset_format(present);
+
+            error_setg(errp, "hpkvm: %s: host core %u does not exist (this "
+                       "host has %s)", opt, cpu, list);
+            return false;
+        }
+        if (!hpkvm_cpuset_has(online, cpu)) {
+            error_setg(errp, "hpkvm: %s: host core %u is offline: bring it "
+                       "online (echo 1 > %s/cpu%u/online) or choose "
+                       "another", opt, cpu, CPU_SYSFS, cpu);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A thread of this process onto @cpus; these are QEMU's own threads. */
+static int pin_thread(pid_t tid, const HpkvmCpuSet *cpus)
+{
+    g_autofree char *list = hpkvm_cpuset_format(cpus);
+    cpu_set_t set;
+    unsigned cpu;
+    int ret;
+
+    CPU_ZERO(&set);
+    HPKVM_CPUSET_FOREACH(cpu, cpus) {
+        CPU_SET(cpu, &set);
+    }
+    ret = sched_setaffinity(tid, sizeof(set), &set) < 0 ? -errno : 0;
+    trace_hpkvm_pin_thread(tid, list, ret);
+    return ret;
+}
+
+/*
+ * QEMU's threads so far (main loop, RCU, helpers) to the housekeeping
+ * cores; threads created later inherit it from their creator, and the
+ * vCPU threads then move to their own cores.
+ */
+static void pin_own_threads(HPKVMState *s)
+{
+    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        int ret = pin_thread(atoi(name), &s->housekeeping);
+
+        if (ret < 0) {
+            warn_report("hpkvm: cannot move QEMU thread %s to the "
+                        "housekeeping cores: %s", name, strerror(-ret));
+        }
+    }
+}
+
+/* Under the host lock: bring the host in line with the leases. */
+static HpkvmIsolation *reconcile(HPKVMState *s, const HpkvmCpuSet *cores,
+                                 GPtrArray *failures, Error **errp)
+{
+    g_autoptr(HpkvmJournal) j = hpkvm_journal_open(&s->host, s->state_dir,
+                                                    errp);
+    HpkvmLeaseMap *map;
+    HpkvmIsolation *rep;
+    HpkvmIsolateRequest req;
+
+    if (!j) {
+        return NULL;
+    }
+    map = g_new0(HpkvmLeaseMap, 1);
+    hpkvm_leases_scan(&s->host, s->state_dir, map);
+    req = (HpkvmIsolateRequest) {
+        .host = &s->host,
+        .journal = j,
+        .leases = map,
+        .report_cores = *cores,
+        .self = getpid(),       /* QEMU places its own threads */
+    };
+    rep = hpkvm_isolate_reconcile(&req, failures, errp);
+    g_free(map);
+    return rep;
+}
+
+static void placement_exit(Notifier *n, void *data)
+{
+    HPKVMState *s = container_of(n, HPKVMState, exit_notifier);
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(HpkvmIsolation) rep = NULL;
+    Error *err = NULL;
+    HpkvmCpuSet none;
+    int lock, i;
+
+    if (!s->leases) {
+        return;
+    }
+    lock = hpkvm_leases_lock_host(&s->host, s->state_dir, &err);
+    hpkvm_leases_release(s->leases);
+    if (s->isolated) {
+        s->isolated = false;
+        hpkvm_cpuset_clear(&none);
+        rep = reconcile(s, &none, failures, &err);
+    }
+    if (lock >= 0) {
+        close(lock);
+    }
+    if (err) {
+        error_report_err(err);
+    }
+    for (i = 0; i < failures->len; i++) {
+        warn_report("hpkvm: could not restore %s",
+                    (char *)g_ptr_array_index(failures, i));
+    }
+}
+
+/* What the leases and isolation need, checked before anything changes. */
+static bool check_placement(HPKVMState *s, unsigned max_cpus,
+                            HpkvmCpuSet *cores, Error **errp)
+{
+    HpkvmCpuSet present, online, both;
+    unsigned cpu, i = 0;
+    g_autofree char *hk = NULL;
+
+    if (!hpkvm_cpuset_parse(s->host_cpus_opt, cores, "hpkvm: host-cpus",
+                            errp) ||
+        !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/present", &present,
+                              errp) ||
+        !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/online", &online,
+                              errp) ||
+        !check_cores(s, "host-cpus", cores, &present, &online, errp)) {
+        return false;
+    }
+    s->nr_cores = hpkvm_cpuset_count(cores);
+    if (s->nr_cores < max_cpus) {
+        error_setg(errp, "hpkvm: host-cpus=%s lists %u host core%s for %u "
+                   "vCPUs (-smp maxcpus counts hot-pluggable ones): list "
+                   "%u more, or lower -smp", s->host_cpus_opt, s->nr_cores,
+                   s->nr_cores == 1 ? "" : "s", max_cpus,
+                   max_cpus - s->nr_cores);
+        return false;
+    }
+    if (s->housekeeping_opt) {
+        if (!hpkvm_cpuset_parse(s->housekeeping_opt, &s->housekeeping,
+                                "hpkvm: housekeeping-cpus", errp) ||
+            !check_cores(s, "housekeeping-cpus", &s->housekeeping, &present,
+                         &online, errp)) {
+            return false;
+        }
+        bitmap_and(both.bits, cores->bits, s->housekeeping.bits,
+                   HPKVM_MAX_HOST_CPUS);
+        if (!hpkvm_cpuset_empty(&both)) {
+            error_setg(errp, "hpkvm: host core %u is in both host-cpus= and "
+                       "housekeeping-cpus=: a vCPU's core runs nothing "
+                       "else; remove it from one of them",
+                       hpkvm_cpuset_next(&both, 0));
+            return false;
+        }
+    } else {
+        hpkvm_cpuset_andnot(&s->housekeeping, &online, cores);
+    }
+    if (hpkvm_cpuset_empty(&s->housekeeping)) {
+        error_setg(errp, "hpkvm: host-cpus=%s leaves no online core for "
+                   "QEMU's other threads and the host: keep at least one "
+                   "out of host-cpus=", s->host_cpus_opt);
+        return false;
+    }
+    s->vcpu_core = g_new0(unsigned, max_cpus);
+    s->vcpu_tid = g_new0(int, max_cpus);
+    HPKVM_CPUSET_FOREACH(cpu, cores) {
+        if (i < max_cpus) {
+            s->vcpu_core[i++] = cpu;
+        }
+    }
+    hk = hpkvm_cpuset_format(&s->housekeeping);
+    trace_hpkvm_placement(s->host_cpus_opt, hk);
+    return true;
+}
+
+/* Under the host lock: leases, then isolation as dynamic-isolation says. */
+static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
+                              Error **errp)
+{
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    Error *local_err = NULL;
+    HpkvmCpuSet taken;
+    bool ok = false;
+    unsigned cpu;
+
+    /* Default housekeeping: the cores no one leases. */
+    hpkvm_leases_scan(&s->host, s->state_dir, map);
+    if (!s->housekeeping_opt) {
+        hpkvm_cpuset_andnot(&s->housekeeping, &s->housekeeping, &map->leased);
+    }
+    bitmap_and(taken.bits, s->housekeeping.bits, map->leased.bits,
+               HPKVM_MAX_HOST_CPUS);
+    if (!hpkvm_cpuset_empty(&taken)) {
+        cpu = hpkvm_cpuset_next(&taken, 0);
+        error_setg(errp, "hpkvm: housekeeping core %u is leased by another "
+                   "VM (pid %d): choose other housekeeping-cpus=", cpu,
+                   map->owner[cpu]);
+        goto out;
+    }
+    if (hpkvm_cpuset_empty(&s->housekeeping)) {
+        error_setg(errp, "hpkvm: every core outside host-cpus= is leased by "
+                   "other VMs: none is left for QEMU's other threads; set "
+                   "housekeeping-cpus=");
+        goto out;
+    }
+    if (!hpkvm_leases_take(s->leases, &s->host, s->state_dir, cores, errp)) {
+        goto out;
+    }
+    ok = true;
+    if (s->dynamic_isolation == ON_OFF_AUTO_OFF) {
+        s->isolation = hpkvm_isolate_report_off(&s->host, cores,
+                                                s->dynamic_isolation,
+                                                "dynamic-isolation=off");
+        goto out;
+    }
+    s->isolated = true;
+    s->isolation = reconcile(s, cores, NULL, &local_err);
+    if (s->isolation) {
+        s->isolation->requested = s->dynamic_isolation;
+        goto out;
+    }
+    if (s->dynamic_isolation == ON_OFF_AUTO_ON) {
+        error_setg(errp, "%s (dynamic-isolation=on): run QEMU as root, or "
+                   "use dynamic-isolation=auto to go on without isolation",
+                   error_get_pretty(local_err));
+        error_free(local_err);
+        ok = false;
+        goto out;
+    }
+    s->isolation = hpkvm_isolate_report_off(&s->host, cores,
+                                            s->dynamic_isolation,
+                                            error_get_pretty(local_err));
+    warn_report("hpkvm: dynamic isolation is off: %s",
+                error_get_pretty(local_err));
+    error_free(local_err);
+out:
+    g_free(map);
+    return ok;
+}
+
+bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
+{
+    HpkvmCpuSet cores;
+    Error *local_err = NULL;
+    int lock;
+    bool ok;
+
+    hpkvm_host_init(&s->host, s->host_root);
+    if (!s->host_cpus_opt) {
+        if (s->housekeeping_opt) {
+            error_setg(errp, "hpkvm: housekeeping-cpus= needs host-cpus=: "
+                       "list the vCPUs' cores too");
+            return false;
+        }
+        if (s->dynamic_isolation == ON_OFF_AUTO_ON) {
+            error_setg(errp, "hpkvm: dynamic-isolation=on needs host-cpus=: "
+                       "list the host cores to isolate for the vCPUs");
+            return false;
+        }
+        hpkvm_cpuset_clear(&cores);
+        s->isolation = hpkvm_isolate_report_off(&s->host, &cores,
+                                                s->dynamic_isolation,
+                                                "no host-cpus=: the vCPUs "
+                                                "have no cores of their own");
+        return true;
+    }
+    if (!check_placement(s, max_cpus, &cores, errp)) {
+        return false;
+    }
+
+    s->leases = g_new0(HpkvmLeases, 1);
+    hpkvm_leases_init(s->leases);
+    lock = hpkvm_leases_lock_host(&s->host, s->state_dir, errp);
+    if (lock < 0) {
+        return false;
+    }
+    ok = lease_and_isolate(s, &cores, errp);
+    if (ok) {
+        s->exit_notifier.notify = placement_exit;
+        qemu_add_exit_notifier(&s->exit_notifier);
+    } else if (s->isolated) {
+        /* Isolation failed half way: put back what was changed. */
+        hpkvm_leases_release(s->leases);
+        s->isolated = false;
+        hpkvm_cpuset_clear(&cores);
+        qapi_free_HpkvmIsolation(reconcile(s, &cores, NULL, &local_err));
+        error_free(local_err);
+    }
+    close(lock);
+    if (ok) {
+        pin_own_threads(s);
+    }
+    return ok;
+}
+
+typedef struct BindWork {
+    HPKVMState *s;
+    int ret;
+} BindWork;
+
+/* On the vCPU's own thread, which has not entered the guest yet. */
+static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
+{
+    BindWork *w = data.host_ptr;
+    HPKVMState *s = w->s;
+    unsigned core = s->vcpu_core[cpu->cpu_index];
+    HpkvmCpuSet one;
+    int kernel_ret = 0;
+
+    hpkvm_cpuset_clear(&one);
+    set_bit(core, one.bits);
+    w->ret = pin_thread(0, &one);
+    if (!w->ret && s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
+        kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
+        w->ret = kernel_ret;
+    }
+    s->vcpu_tid[cpu->cpu_index] = qemu_get_thread_id();
+    trace_hpkvm_bind_vcpu(cpu->cpu_index, core, s->vcpu_tid[cpu->cpu_index],
+                          kernel_ret);
+}
+
+void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu)
+{
+    BindWork w = { .s = s };
+
+    if (!s->leases) {
+        return;
+    }
+    run_on_cpu(cpu, bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
+    if (w.ret < 0) {
+        /* Neither a vCPU off its core nor one the kernel has not bound. */
+        error_report("hpkvm: cannot bind vCPU %d to host core %u: %s",
+                     cpu->cpu_index, s->vcpu_core[cpu->cpu_index],
+                     strerror(-w.ret));
+        exit(1);
+    }
+}
+
+void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info)
+{
+    HpkvmVcpuPlacementList **tail = &info->placement;
+    HpkvmCoreIsolationList *c;
+    CPUState *cpu;
+
+    if (s->isolation) {
+        info->isolation = QAPI_CLONE(HpkvmIsolation, s->isolation);
+        for (c = info->isolation->cores; c; c = c->next) {
+            if (s->feat[HPKVM_FEATURE_DYNAMIC_NOHZ].granted) {
+                c->value->nohz = HPKVM_NOHZ_DYNAMIC;
+            }
+        }
+    }
+    if (!s->leases) {
+        return;
+    }
+    info->host_cpus = hpkvm_cpuset_format(&s->leases->held);
+    info->housekeeping_cpus = hpkvm_cpuset_format(&s->housekeeping);
+    info->has_placement = true;
+    CPU_FOREACH(cpu) {
+        HpkvmVcpuPlacement *p = g_new0(HpkvmVcpuPlacement, 1);
+
+        p->cpu_index = cpu->cpu_index;
+        p->host_cpu = s->vcpu_core[cpu->cpu_index];
+        p->thread_id = s->vcpu_tid[cpu->cpu_index];
+        QAPI_LIST_APPEND(tail, p);
+    }
+}
+
+void hpkvm_placement_finalize(HPKVMState *s)
+{
+    g_free(s->host_cpus_opt);
+    g_free(s->housekeeping_opt);
+    g_free(s->host_root);
+    g_free(s->state_dir);
+    g_free(s->vcpu_core);
+    g_free(s->vcpu_tid);
+    g_free(s->leases);
+    qapi_free_HpkvmIsolation(s->isolation);
+    hpkvm_host_cleanup(&s->host);
+}
