@@ -31,6 +31,8 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so \
 	tests/unit/test-hpkvm-accel-opts \
 	tests/unit/test-hpkvm-msi \
+	tests/unit/test-hpkvm-cpuset \
+	tests/unit/test-hpkvm-isolate \
 	tests/hpkvm/nested-host/qmp-exec
 
 .PHONY: all build configure run check clean

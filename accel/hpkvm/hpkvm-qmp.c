@@ -27,6 +27,65 @@ HpkvmInfo *qmp_query_hpkvm(Error **errp)
     return info;
 }
 
+static void hmp_print_strs(Monitor *mon, const char *what, strList *list)
+{
+    monitor_printf(mon, "  %s:", what);
+    for (; list; list = list->next) {
+        monitor_printf(mon, " %s", list->value);
+        if (list->next) {
+            monitor_printf(mon, ";");
+        }
+    }
+    monitor_printf(mon, "\n");
+}
+
+static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
+{
+    HpkvmVcpuPlacementList *p;
+    HpkvmCoreIsolationList *c;
+    intList *irq;
+    HpkvmIsolation *iso = info->isolation;
+
+    if (info->host_cpus) {
+        monitor_printf(mon, "host cores: %s; housekeeping cores: %s\n",
+                       info->host_cpus, info->housekeeping_cpus);
+    }
+    for (p = info->placement; p; p = p->next) {
+        monitor_printf(mon, "vCPU %" PRId64 ": host core %" PRId64
+                       ", thread %" PRId64 "\n", p->value->cpu_index,
+                       p->value->host_cpu, p->value->thread_id);
+    }
+    if (!iso) {
+        return;
+    }
+    monitor_printf(mon, "dynamic isolation (%s): %s%s\n",
+                   OnOffAuto_str(iso->requested),
+                   iso->active ? "active, tasks by " : "off",
+                   iso->active ? HpkvmTaskIsolation_str(iso->method) : "");
+    if (*iso->reason) {
+        monitor_printf(mon, "  %s\n", iso->reason);
+    }
+    if (!iso->active) {
+        return;
+    }
+    monitor_printf(mon, "  tasks moved: %" PRId64 "; journal: %s\n",
+                   iso->tasks_moved, iso->journal);
+    hmp_print_strs(mon, "tasks left", iso->tasks_left);
+    hmp_print_strs(mon, "cgroups narrowed", iso->groups_narrowed);
+    for (c = iso->cores; c; c = c->next) {
+        monitor_printf(mon, "host core %" PRId64 ": nohz %s%s; IRQs moved:",
+                       c->value->host_cpu, HpkvmNohz_str(c->value->nohz),
+                       c->value->isolcpus ? ", in isolcpus" : "");
+        for (irq = c->value->irqs_moved; irq; irq = irq->next) {
+            monitor_printf(mon, " %" PRId64, irq->value);
+        }
+        monitor_printf(mon, "\n");
+        hmp_print_strs(mon, "IRQs left", c->value->irqs_left);
+        hmp_print_strs(mon, "per-CPU kernel threads left",
+                       c->value->kthreads_left);
+    }
+}
+
 void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
 {
     g_autoptr(HpkvmInfo) info = qmp_query_hpkvm(&error_abort);
@@ -68,4 +127,5 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
         monitor_printf(mon, "halt polling: %" PRId64 " ns\n",
                        info->halt_poll_ns);
     }
+    hmp_info_placement(mon, info);
 }

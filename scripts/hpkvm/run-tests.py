@@ -18,6 +18,8 @@ import subprocess
 import sys
 
 TAP_RESULT = re.compile(r"^(not ok|ok)\b[^#]*(#\s*(SKIP|TODO)\b)?", re.I)
+# A whole test skipped, with its reason: "1..0 # SKIP needs root".
+TAP_SKIP_ALL = re.compile(r"^1\.\.0\s*#\s*SKIP\b\s*(.*)", re.I)
 
 
 def main():
@@ -34,6 +36,11 @@ def main():
     for entry in entries:
         case_failed = 0
         for line in entry.get("stdout", "").splitlines():
+            skip_all = TAP_SKIP_ALL.match(line.strip())
+            if skip_all:
+                skipped += 1
+                print(f"hpkvm: {entry.get('name')} skipped: "
+                      f"{skip_all.group(1)}")
             m = TAP_RESULT.match(line.strip())
             if not m:
                 continue

@@ -229,6 +229,9 @@ def hpkvm_inputs(build):
                       os.path.join(build, "tests/hpkvm/guest", name)))
     files.append(("hpkvm/bin/qmp-exec",
                   os.path.join(build, "tests/hpkvm/nested-host/qmp-exec")))
+    # Same libraries as QEMU's (glib).
+    files.append(("hpkvm/bin/qemu-hpkvm-recover",
+                  os.path.join(build, "accel/hpkvm/qemu-hpkvm-recover")))
     # The test double of the patched kernel, for tests that LD_PRELOAD it.
     files.append(("hpkvm/lib/libhpkvm-fake-kernel.so",
                   os.path.join(build, "tests/hpkvm/fake-kernel",

@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Shared by hpkvm's host-core tests: QEMU under QMP, fake host trees and
+snapshots of host state (fake or real) to prove it was restored exactly."""
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
+QEMU = os.path.join(BUILD, "qemu-system-x86_64")
+RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
+GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))))
+
+# This machine's nested paravirtual KVM refuses QEMU's write of
+# IA32_ARCH_CAPABILITIES; a real host takes plain -cpu host.
+CPU = "host,-arch-capabilities"
+
+
+class Vm:
+    """A paused QEMU with QMP; .qmp(cmd) returns the command's result."""
+
+    def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm"):
+        self.sock = os.path.join(tmp, f"{name}.qmp")
+        self.cmd = [QEMU, "-accel", accel, "-S", "-machine", "pc",
+                    "-smp", str(smp), "-cpu", CPU, "-m", "32",
+                    "-nodefaults", "-display", "none", "-monitor", "none",
+                    "-serial", "none",
+                    "-qmp", f"unix:{self.sock},server=on,wait=off",
+                    *extra]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self._sock = None
+        self.timeout = timeout
+
+    def connect(self):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("QEMU exited: " + self.proc.stderr.read())
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(self.sock)
+                break
+            except OSError:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("no QMP socket")
+                time.sleep(0.05)
+        self._sock = sock
+        self._stream = sock.makefile("rw")
+        json.loads(self._stream.readline())             # greeting
+        self.qmp("qmp_capabilities")
+        return self
+
+    def qmp(self, cmd, **args):
+        msg = {"execute": cmd}
+        if args:
+            msg["arguments"] = args
+        self._stream.write(json.dumps(msg) + "\n")
+        self._stream.flush()
+        while True:
+            reply = json.loads(self._stream.readline())
+            if "return" in reply:
+                return reply["return"]
+            if "error" in reply:
+                raise RuntimeError(f"{cmd}: {reply['error']['desc']}")
+
+    def hmp(self, line):
+        return self.qmp("human-monitor-command", **{"command-line": line})
+
+    def quit(self):
+        try:
+            self.qmp("quit")
+        except (OSError, RuntimeError, ValueError):
+            pass
+        return self.wait()
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        return self.wait()
+
+    def wait(self):
+        try:
+            self.proc.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self._sock:
+            self._sock.close()
+        self.stderr = self.proc.stderr.read()
+        return self.proc.returncode
+
+
+def run_error(accel, tmp, smp=1):
+    """QEMU that must refuse to start: (exit status, stderr)."""
+    vm = Vm(accel, tmp, smp=smp, name="err")
+    try:
+        vm.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        vm.proc.kill()
+        vm.proc.wait()
+        return None, "did not exit"
+    return vm.proc.returncode, vm.proc.stderr.read()
+
+
+def thread_affinity(pid):
+    """{tid: (comm, Cpus_allowed_list)} of a live process."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(f"{task}/comm") as f:
+                comm = f.read().strip()
+            with open(f"{task}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out[int(os.path.basename(task))] = (
+                            comm, line.split(":", 1)[1].strip())
+        except OSError:
+            pass
+    return out
+
+
+# --- a fake host tree -----------------------------------------------------
+
+PF_KTHREAD = 0x00200000
+PF_NO_SETAFFINITY = 0x04000000
+
+
+def write(root, path, text):
+    full = os.path.join(root, path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as f:
+        f.write(text)
+
+
+def fake_task(root, pid, comm, allowed, cgroup="/", flags=0):
+    write(root, f"/proc/{pid}/stat",
+          f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 0 0 0 0 "
+          f"20 0 1 0 {1000 + pid} 0 0\n")
+    write(root, f"/proc/{pid}/status",
+          f"Name:\t{comm}\nCpus_allowed_list:\t{allowed}\n")
+    write(root, f"/proc/{pid}/cpuset", cgroup + "\n")
+
+
+def make_fake_host(root):
+    """Cores 0-1 online (this machine's), 2-3 present but offline; IRQs,
+    a cgroup v1 cpuset with one other cgroup, host tasks, kthreads."""
+    cpu = "/sys/devices/system/cpu"
+    write(root, f"{cpu}/present", "0-3\n")
+    write(root, f"{cpu}/online", "0-1\n")
+    write(root, f"{cpu}/nohz_full", "(null)\n")
+    write(root, f"{cpu}/isolated", "\n")
+    write(root, "/sys/devices/virtual/workqueue/cpumask", "3\n")
+    write(root, "/proc/irq/default_smp_affinity", "3\n")
+    for irq, aff in ((24, "0-1"), (25, "1"), (26, "0")):
+        write(root, f"/proc/irq/{irq}/smp_affinity_list", aff + "\n")
+    os.makedirs(os.path.join(root, "proc/irq/24/eth0-rx-0"), exist_ok=True)
+    write(root, "/proc/mounts",
+          "cgroup /sys/fs/cgroup/cpuset cgroup rw,cpuset 0 0\n")
+    cg = "/sys/fs/cgroup/cpuset"
+    write(root, f"{cg}/cpuset.cpus", "0-1\n")
+    write(root, f"{cg}/cpuset.mems", "0\n")
+    write(root, f"{cg}/cgroup.procs", "")
+    write(root, f"{cg}/machine/cpuset.cpus", "0-1\n")
+    write(root, f"{cg}/machine/cgroup.procs", "")
+    fake_task(root, 100, "sshd", "0-1")
+    fake_task(root, 101, "plain-qemu", "0-1", "/machine")
+    fake_task(root, 21, "ksoftirqd/1", "1", flags=PF_KTHREAD |
+              PF_NO_SETAFFINITY)
+
+
+def snapshot_tree(root):
+    """Every file of a fake tree but hpkvm's own state directory and the
+    cgroup.procs files, which in a fake tree log the moves (read back as
+    the kernel would: without the trailing newline)."""
+    out = {}
+    for d, _, names in os.walk(root):
+        rel = os.path.relpath(d, root)
+        if rel.startswith("run"):
+            continue
+        out[rel] = None
+        for n in names:
+            if n == "cgroup.procs":
+                continue
+            with open(os.path.join(d, n)) as f:
+                out[os.path.join(rel, n)] = f.read().strip()
+    return out
+
+
+def moved_to(root, cgroup):
+    """The pids written to a fake cgroup's cgroup.procs."""
+    path = os.path.join(root, "sys/fs/cgroup/cpuset", cgroup.strip("/"),
+                        "cgroup.procs")
+    with open(path) as f:
+        return f.read().split()
+
+
+def tree_diff(before, after):
+    keys = sorted(set(before) | set(after))
+    return [f"{k}: {before.get(k, '<none>')!r} -> {after.get(k, '<none>')!r}"
+            for k in keys if before.get(k, "<none>") != after.get(k, "<none>")]
+
+
+# --- the real host ----------------------------------------------------------
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def real_snapshot():
+    """What dynamic isolation may change on this host."""
+    snap = {}
+    for p in ["/proc/irq/default_smp_affinity",
+              "/sys/devices/virtual/workqueue/cpumask"] + \
+            glob.glob("/proc/irq/*/smp_affinity_list"):
+        snap[p] = _read(p)
+    for p in glob.glob("/sys/fs/cgroup/cpuset/**/cpuset.cpus",
+                       recursive=True) + \
+            glob.glob("/sys/fs/cgroup/*/cpuset.cpus"):
+        snap[p] = _read(p)
+    for d in glob.glob("/proc/[0-9]*"):
+        stat = _read(f"{d}/stat")
+        status = _read(f"{d}/status")
+        if not stat or not status:
+            continue
+        start = stat.rsplit(")", 1)[1].split()[19]
+        allowed = [ln for ln in status.splitlines()
+                   if ln.startswith("Cpus_allowed_list")]
+        snap[f"{d}@{start}"] = (_read(f"{d}/cpuset"), allowed[0]
+                                if allowed else None)
+    return snap
+
+
+def real_diff(before, after):
+    """Differences, ignoring processes that came or went in between."""
+    return [f"{k}: {before[k]!r} -> {after[k]!r}"
+            for k in sorted(set(before) & set(after))
+            if before[k] != after[k]] + \
+           [f"{k}: gone" for k in sorted(set(before) - set(after))
+            if not k.startswith("/proc/")] + \
+           [f"{k}: new" for k in sorted(set(after) - set(before))
+            if not k.startswith("/proc/")]

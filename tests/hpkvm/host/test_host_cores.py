@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""hpkvm's dedicated cores against a fake host tree (host-root=): every
+refusal of host-cpus=/housekeeping-cpus=, isolation applied and restored
+exactly on quit, after SIGKILL by qemu-hpkvm-recover and by the next VM,
+and 50 QEMUs racing for one core.  The vCPU threads are real: cores 0 and
+1 of this machine.  Prints TAP."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hostlib  # noqa: E402
+from hostlib import Vm  # noqa: E402
+
+tests = []
+
+
+def test(fn):
+    tests.append(fn)
+    return fn
+
+
+def fake_accel(root, extra=""):
+    return (f"hpkvm,host-root={root},state-dir=/run/hpkvm,host-cpus=1,"
+            f"housekeeping-cpus=0{extra}")
+
+
+@test
+def refusals_name_the_core_and_the_fix():
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        base = f"hpkvm,host-root={root},state-dir=/run/hpkvm"
+        cases = [
+            ("host-cpus=x", 1, "host-cpus: 'x' is not a CPU list"),
+            ("host-cpus=9", 1, "host core 9 does not exist (this host has "
+                               "0-3)"),
+            ("host-cpus=3", 1, "host core 3 is offline: bring it online"),
+            ("host-cpus=1", 2, "host-cpus=1 lists 1 host core for 2 vCPUs"),
+            ("host-cpus=1,smp-unused=1", 1, "Property 'hpkvm-accel."
+                                            "smp-unused' not found"),
+            ("host-cpus=0-1", 1, "leaves no online core for QEMU's other "
+                                 "threads"),
+            ("host-cpus=1,housekeeping-cpus=0-1", 1,
+             "host core 1 is in both host-cpus= and housekeeping-cpus="),
+            ("host-cpus=1,housekeeping-cpus=2", 1,
+             "housekeeping-cpus: host core 2 is offline"),
+            ("housekeeping-cpus=0", 1, "housekeeping-cpus= needs "
+                                       "host-cpus="),
+            ("dynamic-isolation=on", 1, "dynamic-isolation=on needs "
+                                        "host-cpus="),
+            ("dynamic-isolation=maybe", 1, "dynamic-isolation"),
+        ]
+        bad = []
+        for opts, smp, want in cases:
+            status, err = hostlib.run_error(f"{base},{opts}", tmp, smp=smp)
+            if status in (0, None) or want not in err:
+                bad.append(f"{opts}: status {status}, stderr {err!r}")
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not bad, "\n".join(bad)
+        assert not diff, "host changed by a refused start: " + "; ".join(diff)
+        assert not os.path.exists(os.path.join(root, "run/hpkvm/"
+                                               "host.journal"))
+
+
+def check_isolated(root, vm):
+    """The fake host while the VM runs, and the VM's own threads."""
+    info = vm.qmp("query-hpkvm")
+    iso = info["isolation"]
+    assert info["host-cpus"] == "1" and info["housekeeping-cpus"] == "0", info
+    assert iso["active"] and iso["method"] == "cgroup-v1", iso
+    core = iso["cores"][0]
+    assert core["host-cpu"] == 1 and 24 in core["irqs-moved"] and \
+        25 in core["irqs-moved"] and 26 not in core["irqs-moved"], core
+    assert any(k.startswith("21 ksoftirqd/1") for k in core["kthreads-left"])
+    tree = hostlib.snapshot_tree(root)
+    irq = "proc/irq/{}/smp_affinity_list"
+    assert tree[irq.format(24)] == "0" and tree[irq.format(25)] == "0", tree
+    assert tree["proc/irq/default_smp_affinity"] == "00000001"
+    cg = "sys/fs/cgroup/cpuset"
+    assert tree[f"{cg}/hpkvm.host/cpuset.cpus"] == "0"
+    assert "100" in hostlib.moved_to(root, "hpkvm.host")
+    assert tree[f"{cg}/machine/cpuset.cpus"] == "0"
+
+    # The real threads: the vCPU on core 1, everything else on core 0.
+    (place,) = info["placement"]
+    threads = hostlib.thread_affinity(vm.proc.pid)
+    assert threads[place["thread-id"]][1] == "1", threads
+    others = {t: a for t, (c, a) in threads.items()
+              if t != place["thread-id"]}
+    assert others and all(a == "0" for a in others.values()), threads
+    text = vm.hmp("info hpkvm")
+    assert "vCPU 0: host core 1" in text, text
+    assert re.search(r"host core 1: nohz off; IRQs moved:.* 24", text), text
+
+
+@test
+def quit_restores_the_fake_host_exactly():
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        vm = Vm(fake_accel(root), tmp).connect()
+        try:
+            check_isolated(root, vm)
+        finally:
+            status = vm.quit()
+        assert status == 0, vm.stderr
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+        assert "100" in hostlib.moved_to(root, "/"), "sshd not moved back"
+
+
+@test
+def sigkill_then_recovery_tool_restores():
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        vm = Vm(fake_accel(root), tmp).connect()
+        check_isolated(root, vm)
+        vm.kill()
+        assert hostlib.tree_diff(before, hostlib.snapshot_tree(root)), \
+            "SIGKILL undid the changes: nothing left to recover"
+        rec = subprocess.run([hostlib.RECOVER, f"--host-root={root}"],
+                             capture_output=True, text=True, timeout=30)
+        assert rec.returncode == 0, rec.stdout + rec.stderr
+        assert "cores leased by running VMs: none" in rec.stdout, rec.stdout
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+        assert not os.path.exists(os.path.join(root, "run/hpkvm/"
+                                               "host.journal"))
+
+
+@test
+def sigkill_then_next_vm_takes_over_and_restores():
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        vm = Vm(fake_accel(root), tmp).connect()
+        vm.kill()
+        # The dead VM's lease is gone: the core can be leased again.
+        vm2 = Vm(fake_accel(root), tmp, name="vm2").connect()
+        try:
+            check_isolated(root, vm2)
+        finally:
+            status = vm2.quit()
+        assert status == 0, vm2.stderr
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+
+
+@test
+def fifty_racing_starts_never_two_owners():
+    n = 50
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        accel = fake_accel(root, ",dynamic-isolation=off")
+        vms = [Vm(accel, tmp, name=f"r{i}", timeout=120) for i in range(n)]
+        try:
+            # Each either holds the core (QMP up) or exits refused.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                pending = [v for v in vms if v.proc.poll() is None and
+                           not os.path.exists(v.sock)]
+                if not pending:
+                    break
+                time.sleep(0.2)
+            time.sleep(0.5)
+            alive = [v for v in vms if v.proc.poll() is None]
+            refused = [v for v in vms if v.proc.poll() is not None]
+            assert len(alive) == 1, f"{len(alive)} VMs hold core 1"
+            winner = alive[0]
+            want = (f"host core 1 is leased by another VM (pid "
+                    f"{winner.proc.pid})")
+            errs = [v.proc.stderr.read() for v in refused]
+            wrong = [e for e in errs if want not in e]
+            assert len(refused) == n - 1 and not wrong, wrong[:3]
+            info = winner.connect().qmp("query-hpkvm")
+            assert info["host-cpus"] == "1", info
+            winner.kill()
+            again = Vm(accel, tmp, name="again").connect()
+            assert again.quit() == 0, again.stderr
+        finally:
+            for v in vms:
+                if v.proc.poll() is None:
+                    v.proc.kill()
+                    v.proc.wait()
+
+
+def main():
+    print(f"1..{len(tests)}", flush=True)
+    failed = 0
+    for i, fn in enumerate(tests, 1):
+        name = fn.__name__.replace("_", " ")
+        try:
+            fn()
+            print(f"ok {i} - {name}", flush=True)
+        except Exception:
+            failed += 1
+            print(f"not ok {i} - {name}", flush=True)
+            for line in traceback.format_exc().splitlines():
+                print(f"# {line}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,551 @@
+/*
+ * Unit tests of hpkvm's host isolation over fake host trees: IRQs, tasks
+ * and cpusets moved off leased cores and restored exactly, the journal
+ * replayed after a simulated crash, several VMs' leases together, and the
+ * leases themselves.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qapi/error.h"
+#include "qapi/qapi-types-hpkvm.h"
+#include "accel/hpkvm/hpkvm-isolate.h"
+
+#define PF_KTHREAD              0x00200000
+#define PF_NO_SETAFFINITY       0x04000000
+
+typedef enum Flavour { CGROUP_V1, CGROUP_V2, NO_CPUSET } Flavour;
+
+typedef struct Fixture {
+    char *root;
+    HpkvmHost host;
+    Flavour flavour;
+} Fixture;
+
+/* The fake affinity syscall edits the fake /proc, as the kernel would. */
+static Fixture *current;
+
+static void put(Fixture *f, const char *path, const char *text)
+{
+    g_autofree char *full = g_strconcat(f->root, path, NULL);
+    g_autofree char *dir = g_path_get_dirname(full);
+
+    g_assert_cmpint(g_mkdir_with_parents(dir, 0755), ==, 0);
+    g_assert_true(g_file_set_contents(full, text, -1, NULL));
+}
+
+static char *get(Fixture *f, const char *path)
+{
+    g_autofree char *full = g_strconcat(f->root, path, NULL);
+    char *text = NULL;
+
+    if (!g_file_get_contents(full, &text, NULL, NULL)) {
+        return NULL;
+    }
+    return g_strstrip(text);
+}
+
+static bool exists(Fixture *f, const char *path)
+{
+    g_autofree char *full = g_strconcat(f->root, path, NULL);
+
+    return access(full, F_OK) == 0;
+}
+
+static void put_task(Fixture *f, pid_t pid, const char *comm,
+                     unsigned flags, const char *allowed, const char *cg)
+{
+    g_autofree char *dir = g_strdup_printf("/proc/%d", pid);
+    g_autofree char *stat = g_strdup_printf(
+        "%d (%s) S 1 %d %d 0 -1 %u 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n",
+        pid, comm, pid, pid, flags, 1000 + pid);
+    g_autofree char *status = g_strdup_printf(
+        "Name:\t%s\nCpus_allowed:\tf\nCpus_allowed_list:\t%s\n", comm,
+        allowed);
+    g_autofree char *p = NULL;
+
+    p = g_strconcat(dir, "/stat", NULL);
+    put(f, p, stat);
+    g_free(p);
+    p = g_strconcat(dir, "/status", NULL);
+    put(f, p, status);
+    g_free(p);
+    p = g_strconcat(dir, f->flavour == CGROUP_V2 ? "/cgroup" : "/cpuset",
+                    NULL);
+    put(f, p, f->flavour == CGROUP_V2 ? g_strdup_printf("0::%s\n", cg) : cg);
+}
+
+static int fake_set_affinity(pid_t tid, const HpkvmCpuSet *cpus)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/status", tid);
+    g_autofree char *list = hpkvm_cpuset_format(cpus);
+    g_autofree char *status = g_strdup_printf(
+        "Name:\tx\nCpus_allowed_list:\t%s\n", list);
+
+    if (!exists(current, path)) {
+        return -ESRCH;
+    }
+    put(current, path, status);
+    return 0;
+}
+
+static char *affinity(Fixture *f, pid_t pid)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/status", pid);
+    g_autofree char *status = get(f, path);
+    const char *list = strstr(status, "Cpus_allowed_list:\t");
+
+    g_assert_nonnull(list);
+    return g_strstrip(g_strdup(list + strlen("Cpus_allowed_list:\t")));
+}
+
+static const char *const CG = "/sys/fs/cgroup/cpuset";
+
+static char *cg_path(Fixture *f, const char *rel)
+{
+    return g_strconcat(f->flavour == CGROUP_V2 ? "/sys/fs/cgroup" : CG, rel,
+                       NULL);
+}
+
+/*
+ * Four cores; three IRQs, one of them (11) only on core 2; a user task
+ * in the root cgroup (100) and one in /machine (101); kthreadd (2), a
+ * per-CPU kthread on core 2 (20), an unbound workqueue worker (21).
+ */
+static void make_host(Fixture *f, Flavour flavour)
+{
+    g_autofree char *machine = NULL, *vm = NULL, *p = NULL;
+
+    f->flavour = flavour;
+    f->root = g_dir_make_tmp("hpkvm-isolate-XXXXXX", NULL);
+    g_assert_nonnull(f->root);
+    hpkvm_host_init(&f->host, f->root);
+    g_assert_false(f->host.real);
+    f->host.set_affinity = fake_set_affinity;
+    current = f;
+
+    put(f, "/sys/devices/system/cpu/online", "0-3\n");
+    put(f, "/sys/devices/system/cpu/present", "0-3\n");
+    put(f, "/sys/devices/system/cpu/nohz_full", "(null)\n");
+    put(f, "/sys/devices/system/cpu/isolated", "3\n");
+    put(f, "/sys/devices/virtual/workqueue/cpumask", "f\n");
+    put(f, "/proc/irq/default_smp_affinity", "f\n");
+    put(f, "/proc/irq/10/smp_affinity_list", "0-3\n");
+    put(f, "/proc/irq/10/eth0-rx-0/.keep", "");
+    put(f, "/proc/irq/11/smp_affinity_list", "2\n");
+    put(f, "/proc/irq/12/smp_affinity_list", "0-1\n");
+
+    switch (flavour) {
+    case CGROUP_V1:
+        put(f, "/proc/mounts", "proc /proc proc rw 0 0\n"
+            "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
+            "cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0\n");
+        break;
+    case CGROUP_V2:
+        put(f, "/proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n");
+        put(f, "/sys/fs/cgroup/cgroup.controllers", "cpuset cpu io\n");
+        put(f, "/sys/fs/cgroup/cgroup.subtree_control", "cpu\n");
+        break;
+    case NO_CPUSET:
+        put(f, "/proc/mounts", "proc /proc proc rw 0 0\n");
+        break;
+    }
+    if (flavour != NO_CPUSET) {
+        p = cg_path(f, "/cpuset.cpus");
+        put(f, p, "0-3\n");
+        g_free(p);
+        p = cg_path(f, "/cpuset.mems");
+        put(f, p, "0\n");
+        g_free(p);
+        p = cg_path(f, "/cgroup.procs");
+        put(f, p, "");
+        machine = cg_path(f, "/machine/cpuset.cpus");
+        put(f, machine, flavour == CGROUP_V2 ? "\n" : "0-3\n");
+        vm = cg_path(f, "/machine/vm1/cpuset.cpus");
+        put(f, vm, "2-3\n");
+    }
+    put_task(f, 100, "sshd", 0, "0-3", "/");
+    put_task(f, 101, "qemu-other", 0, "0-3", "/machine");
+    put_task(f, 2, "kthreadd", PF_KTHREAD, "0-3", "/");
+    put_task(f, 20, "ksoftirqd/2", PF_KTHREAD | PF_NO_SETAFFINITY, "2", "/");
+    put_task(f, 21, "kworker/u8:0", PF_KTHREAD | PF_NO_SETAFFINITY, "0-3",
+             "/");
+}
+
+static void remove_tree(const char *path)
+{
+    g_autoptr(GDir) dir = g_dir_open(path, 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        g_autofree char *sub = g_build_filename(path, name, NULL);
+
+        if (g_file_test(sub, G_FILE_TEST_IS_DIR) &&
+            !g_file_test(sub, G_FILE_TEST_IS_SYMLINK)) {
+            remove_tree(sub);
+        } else {
+            unlink(sub);
+        }
+    }
+    rmdir(path);
+}
+
+static void destroy_host(Fixture *f)
+{
+    remove_tree(f->root);
+    hpkvm_host_cleanup(&f->host);
+    g_free(f->root);
+    current = NULL;
+}
+
+static void lease(HpkvmLeaseMap *map, const char *cores, pid_t owner)
+{
+    HpkvmCpuSet set;
+    unsigned cpu;
+
+    g_assert_true(hpkvm_cpuset_parse(cores, &set, "test", &error_abort));
+    HPKVM_CPUSET_FOREACH(cpu, &set) {
+        set_bit(cpu, map->leased.bits);
+        map->owner[cpu] = owner;
+    }
+}
+
+static HpkvmIsolation *reconcile(Fixture *f, const HpkvmLeaseMap *map,
+                                 const char *report)
+{
+    g_autoptr(HpkvmJournal) j = hpkvm_journal_open(&f->host, "/run/hpkvm",
+                                                    &error_abort);
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    HpkvmIsolateRequest req = {
+        .host = &f->host,
+        .journal = j,
+        .leases = map,
+    };
+    HpkvmIsolation *rep;
+
+    hpkvm_cpuset_parse(report, &req.report_cores, "report", &error_abort);
+    rep = hpkvm_isolate_reconcile(&req, failures, &error_abort);
+    g_assert_cmpuint(failures->len, ==, 0);
+    return rep;
+}
+
+static void assert_file(Fixture *f, const char *path, const char *want)
+{
+    g_autofree char *got = get(f, path);
+
+    if (g_strcmp0(got, want)) {
+        g_error("%s: got '%s', want '%s'", path, got, want);
+    }
+}
+
+static bool str_in(strList *list, const char *prefix)
+{
+    for (; list; list = list->next) {
+        if (g_str_has_prefix(list->value, prefix)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool int_in(intList *list, int64_t value)
+{
+    for (; list; list = list->next) {
+        if (list->value == value) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool line_in(Fixture *f, const char *path, const char *line)
+{
+    g_autofree char *text = get(f, path);
+    g_auto(GStrv) lines = g_strsplit(text ?: "", "\n", -1);
+
+    return g_strv_contains((const char * const *)lines, line);
+}
+
+/* The state of make_host(), which every restore must give back. */
+static void assert_original(Fixture *f)
+{
+    g_autofree char *host = cg_path(f, "/hpkvm.host");
+    g_autofree char *machine = cg_path(f, "/machine/cpuset.cpus");
+    g_autofree char *kthreadd = affinity(f, 2);
+    g_autofree char *sshd = affinity(f, 100);
+
+    assert_file(f, "/proc/irq/default_smp_affinity", "f");
+    assert_file(f, "/sys/devices/virtual/workqueue/cpumask", "f");
+    assert_file(f, "/proc/irq/10/smp_affinity_list", "0-3");
+    assert_file(f, "/proc/irq/11/smp_affinity_list", "2");
+    assert_file(f, "/proc/irq/12/smp_affinity_list", "0-1");
+    g_assert_cmpstr(kthreadd, ==, "0-3");
+    g_assert_cmpstr(sshd, ==, "0-3");
+    g_assert_false(exists(f, "/run/hpkvm/host.journal"));
+    if (f->flavour != NO_CPUSET) {
+        g_assert_false(exists(f, host));
+        assert_file(f, machine, f->flavour == CGROUP_V2 ? "" : "0-3");
+    }
+    if (f->flavour == CGROUP_V2) {
+        /* cgroupfs would take "-cpuset" back out of "cpu cpuset" */
+        assert_file(f, "/sys/fs/cgroup/cgroup.subtree_control", "-cpuset");
+    }
+}
+
+/* Cores 2-3 leased by one VM: the state isolation must give. */
+static void assert_isolated(Fixture *f, HpkvmIsolation *rep)
+{
+    HpkvmCoreIsolation *c2 = rep->cores->value;
+    HpkvmCoreIsolation *c3 = rep->cores->next->value;
+    g_autofree char *kthreadd = affinity(f, 2);
+
+    g_assert_true(rep->active);
+    assert_file(f, "/proc/irq/default_smp_affinity", "00000003");
+    assert_file(f, "/sys/devices/virtual/workqueue/cpumask", "00000003");
+    assert_file(f, "/proc/irq/10/smp_affinity_list", "0-1");
+    /* Only on a leased core: to the cores no one leases. */
+    assert_file(f, "/proc/irq/11/smp_affinity_list", "0-1");
+    assert_file(f, "/proc/irq/12/smp_affinity_list", "0-1");
+    g_assert_cmpstr(kthreadd, ==, "0-1");
+
+    g_assert_cmpint(c2->host_cpu, ==, 2);
+    g_assert_cmpint(c3->host_cpu, ==, 3);
+    g_assert_true(int_in(c2->irqs_moved, 10));
+    g_assert_true(int_in(c2->irqs_moved, 11));
+    g_assert_false(int_in(c2->irqs_moved, 12));
+    g_assert_true(int_in(c3->irqs_moved, 10));
+    g_assert_false(int_in(c3->irqs_moved, 11));
+    g_assert_true(str_in(c2->kthreads_left, "20 ksoftirqd/2"));
+    g_assert_false(str_in(c2->kthreads_left, "21 "));
+    g_assert_null(c3->kthreads_left);
+    g_assert_false(c2->isolcpus);
+    g_assert_true(c3->isolcpus);
+    g_assert_cmpint(c2->nohz, ==, HPKVM_NOHZ_OFF);
+    g_assert_true(exists(f, "/run/hpkvm/host.journal"));
+}
+
+static void assert_cpuset_isolated(Fixture *f, HpkvmIsolation *rep)
+{
+    g_autofree char *host_cpus = cg_path(f, "/hpkvm.host/cpuset.cpus");
+    g_autofree char *host_procs = cg_path(f, "/hpkvm.host/cgroup.procs");
+    g_autofree char *machine = cg_path(f, "/machine/cpuset.cpus");
+    g_autofree char *vm = cg_path(f, "/machine/vm1/cpuset.cpus");
+    g_autofree char *sshd = affinity(f, 100);
+
+    g_assert_cmpint(rep->method, ==, f->flavour == CGROUP_V2 ?
+                    HPKVM_TASK_ISOLATION_CGROUP_V2 :
+                    HPKVM_TASK_ISOLATION_CGROUP_V1);
+    assert_file(f, host_cpus, "0-1");
+    /* The root cgroup's task moved; the one in /machine and kthreads not */
+    g_assert_true(line_in(f, host_procs, "100"));
+    g_assert_false(line_in(f, host_procs, "101"));
+    g_assert_false(line_in(f, host_procs, "2"));
+    g_assert_cmpstr(sshd, ==, "0-3");
+    /* Other cgroups narrowed; one with only leased cores left alone. */
+    assert_file(f, machine, "0-1");
+    assert_file(f, vm, "2-3");
+    g_assert_true(str_in(rep->groups_narrowed, "/machine"));
+    g_assert_true(str_in(rep->tasks_left, "cgroup /machine/vm1"));
+    g_assert_cmpint(rep->tasks_moved, >=, 2);
+}
+
+static void test_isolate_restore(gconstpointer opaque)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, rep2 = NULL, off = NULL;
+    g_autofree char *root_procs = NULL;
+
+    make_host(&f, (Flavour)GPOINTER_TO_INT(opaque));
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    assert_isolated(&f, rep);
+    if (f.flavour == NO_CPUSET) {
+        g_autofree char *sshd = affinity(&f, 100);
+        g_autofree char *other = affinity(&f, 101);
+
+        g_assert_cmpint(rep->method, ==, HPKVM_TASK_ISOLATION_AFFINITY);
+        g_assert_cmpstr(sshd, ==, "0-1");
+        g_assert_cmpstr(other, ==, "0-1");
+    } else {
+        assert_cpuset_isolated(&f, rep);
+    }
+    if (f.flavour == CGROUP_V2) {
+        assert_file(&f, "/sys/fs/cgroup/cgroup.subtree_control", "+cpuset");
+    }
+
+    /* Again with the same leases: nothing more to do, same state. */
+    rep2 = reconcile(&f, map, "2-3");
+    assert_isolated(&f, rep2);
+
+    /* The last lease gone: everything back, exactly. */
+    off = reconcile(&f, none, "");
+    g_assert_cmpint(off->method, ==, HPKVM_TASK_ISOLATION_NONE);
+    assert_original(&f);
+    if (f.flavour != NO_CPUSET) {
+        root_procs = cg_path(&f, "/cgroup.procs");
+        g_assert_true(line_in(&f, root_procs, "100"));
+    }
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
+/* A VM killed: its journal stays; whoever comes next replays it. */
+static void test_crash_replay(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, off = NULL;
+    g_autofree char *journal = NULL;
+
+    make_host(&f, CGROUP_V1);
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    assert_isolated(&f, rep);
+
+    /* A crash while appending leaves a torn line: it is not a change. */
+    journal = g_strconcat(f.root, "/run/hpkvm/host.journal", NULL);
+    {
+        FILE *fp = fopen(journal, "a");
+
+        g_assert_nonnull(fp);
+        fputs("W\t/proc/irq/12/smp_affinity_list\t9-", fp);
+        fclose(fp);
+    }
+    /* A new process, a new journal object, no lease alive. */
+    off = reconcile(&f, none, "");
+    assert_original(&f);
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
+/* Two VMs: each one's threads lose only the other's cores. */
+static void test_two_vms(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *both = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *one = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) r1 = NULL, r2 = NULL, r3 = NULL;
+    g_autofree char *a = NULL, *b = NULL, *a2 = NULL;
+    g_autofree char *host_cpus = NULL;
+
+    make_host(&f, CGROUP_V1);
+    /* VM A (pid 500) on core 2, VM B (pid 600) on core 3, in the root. */
+    put_task(&f, 500, "qemu-a", 0, "0-3", "/");
+    put_task(&f, 600, "qemu-b", 0, "0-1,3", "/");
+    lease(both, "2", 500);
+    lease(both, "3", 600);
+    lease(one, "2", 500);
+    host_cpus = cg_path(&f, "/hpkvm.host/cpuset.cpus");
+
+    r1 = reconcile(&f, both, "2");
+    a = affinity(&f, 500);
+    b = affinity(&f, 600);
+    g_assert_cmpstr(a, ==, "0-2");          /* minus B's core */
+    g_assert_cmpstr(b, ==, "0-1,3");        /* had none of A's */
+    assert_file(&f, host_cpus, "0-1");
+    assert_file(&f, "/proc/irq/10/smp_affinity_list", "0-1");
+
+    /* B exits: its core comes back to the host, A's stays isolated. */
+    r2 = reconcile(&f, one, "2");
+    a2 = affinity(&f, 500);
+    g_assert_cmpstr(a2, ==, "0-3");
+    assert_file(&f, host_cpus, "0-1,3");
+    assert_file(&f, "/proc/irq/10/smp_affinity_list", "0-1,3");
+    assert_file(&f, "/proc/irq/11/smp_affinity_list", "0-1,3");
+    assert_file(&f, "/proc/irq/default_smp_affinity", "0000000b");
+
+    r3 = reconcile(&f, none, "");
+    assert_original(&f);
+    destroy_host(&f);
+    g_free(both);
+    g_free(one);
+    g_free(none);
+}
+
+/* Without the fake syscall, a fake tree's affinities cannot change. */
+static void test_no_affinity_op(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, off = NULL;
+    g_autofree char *kthreadd = NULL;
+
+    make_host(&f, CGROUP_V1);
+    f.host.set_affinity = NULL;
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    kthreadd = affinity(&f, 2);
+    g_assert_cmpstr(kthreadd, ==, "0-3");
+    g_assert_true(str_in(rep->tasks_left, "2 kthreadd: its affinity can"));
+    off = reconcile(&f, none, "");
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
+static void test_leases(void)
+{
+    Fixture f;
+    HpkvmLeases a, b;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmCpuSet cores;
+    Error *err = NULL;
+    g_autofree char *want = g_strdup_printf("host core 3 is leased by "
+                                            "another VM (pid %d)", getpid());
+    g_autofree char *list = NULL;
+
+    make_host(&f, CGROUP_V1);
+    hpkvm_leases_init(&a);
+    hpkvm_leases_init(&b);
+    hpkvm_cpuset_parse("2-3", &cores, "t", &error_abort);
+    g_assert_true(hpkvm_leases_take(&a, &f.host, "/run/hpkvm", &cores,
+                                    &error_abort));
+
+    /* OFD locks conflict between open files, even in one process. */
+    hpkvm_cpuset_parse("0-1,3", &cores, "t", &error_abort);
+    g_assert_false(hpkvm_leases_take(&b, &f.host, "/run/hpkvm", &cores,
+                                     &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), want));
+    error_free(err);
+    /* All or nothing: cores 0 and 1 were given back. */
+    g_assert_true(hpkvm_cpuset_empty(&b.held));
+    hpkvm_leases_scan(&f.host, "/run/hpkvm", map);
+    list = hpkvm_cpuset_format(&map->leased);
+    g_assert_cmpstr(list, ==, "2-3");
+    g_assert_cmpint(map->owner[2], ==, getpid());
+
+    hpkvm_leases_release(&a);
+    hpkvm_leases_scan(&f.host, "/run/hpkvm", map);
+    g_assert_true(hpkvm_cpuset_empty(&map->leased));
+    g_assert_true(hpkvm_leases_take(&b, &f.host, "/run/hpkvm", &cores,
+                                    &error_abort));
+    hpkvm_leases_release(&b);
+    destroy_host(&f);
+    g_free(map);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_data_func("/hpkvm/isolate/cgroup-v1",
+                         GINT_TO_POINTER(CGROUP_V1), test_isolate_restore);
+    g_test_add_data_func("/hpkvm/isolate/cgroup-v2",
+                         GINT_TO_POINTER(CGROUP_V2), test_isolate_restore);
+    g_test_add_data_func("/hpkvm/isolate/affinity",
+                         GINT_TO_POINTER(NO_CPUSET), test_isolate_restore);
+    g_test_add_func("/hpkvm/isolate/crash-replay", test_crash_replay);
+    g_test_add_func("/hpkvm/isolate/two-vms", test_two_vms);
+    g_test_add_func("/hpkvm/isolate/no-affinity-op", test_no_affinity_op);
+    g_test_add_func("/hpkvm/isolate/leases", test_leases);
+    return g_test_run();
+}
