@@ -11,7 +11,11 @@
   bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
   opens;
 - hpkvm's direct VFIO IRTE calls follow the guest's MSI-X programming of
-  a real VF (the patched kernel played by the test double).
+  a real VF (the patched kernel played by the test double);
+- dedicated cores on a 4-CPU nested host with real device IRQs and a
+  cgroup v2 cpuset: vCPU threads on their leased cores, QEMU's other
+  threads, host tasks and IRQs off them; restored when the guest shuts
+  down, and after SIGKILL by qemu-hpkvm-recover.
 
 Prints TAP.  Each test boots the nested host once (~4 s to the shell;
 the rest is TCG running KVM).
@@ -251,6 +255,114 @@ sed 's/^/fake: /' /tmp/fake.log
     assert {"gsi": gsi, "vcpu": "1", "vector": "81",
             "flags": "0x0"} in sets, sets
     assert info["irte-direct"] >= 2 and info["irte-fallback"] >= 1, info
+
+
+# Host state dynamic isolation may change, one "LABEL key value" line per
+# item; processes keyed by pid and start time.
+SNAPSHOT_LIB = r"""
+snap() {
+    for f in /proc/irq/default_smp_affinity \
+             /sys/devices/virtual/workqueue/cpumask \
+             /proc/irq/*/smp_affinity_list; do
+        echo "$1 $f $(cat $f 2>/dev/null)"
+    done
+    for d in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+        echo "$1 $d $(cat $d/cgroup.subtree_control 2>/dev/null)" \
+             "cpus=$(cat $d/cpuset.cpus 2>/dev/null)"
+    done
+    for p in /proc/[0-9]*; do
+        s=$(cut -d' ' -f22 $p/stat 2>/dev/null) || continue
+        echo "$1 $p@$s $(cat $p/cgroup 2>/dev/null | tr -d '\n')" \
+             "$(grep Cpus_allowed_list $p/status 2>/dev/null | tr -d '\t')"
+    done
+}
+"""
+
+
+def snapshot(output, label):
+    """{key: value} from a payload's snap LABEL; processes as pid@start."""
+    out = {}
+    for line in lines_with(output, f"{label} "):
+        key, _, value = line.partition(" ")
+        out[key] = value
+    return out
+
+
+def restored(before, after):
+    """What differs, over the keys both have (processes come and go)."""
+    return [f"{k}: {before[k]!r} -> {after[k]!r}"
+            for k in sorted(set(before) & set(after)) if before[k] != after[k]]
+
+
+@test
+def dedicated_cores_isolated_and_restored_on_a_real_kernel():
+    accel = ("hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,state-dir=/run/hs,"
+             "dynamic-isolation=on")
+    res = run(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+mkdir /sys/fs/cgroup/other
+sleep 600 &
+other=$!
+echo $other > /sys/fs/cgroup/other/cgroup.procs
+snap before
+guest_qemu -accel %(accel)s -cpu host || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+for t in /proc/$qemu_pid/task/*; do
+    echo "thread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
+done
+echo "other: $(grep Cpus_allowed_list /proc/$other/status | tr -d '\t')"
+sh -c 'echo "child: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"'
+snap during
+qmp-exec /tmp/qmp.sock cont > /dev/null
+wait $qemu_pid
+echo "status: $?"
+wait_serial
+snap after-exit
+guest_qemu -accel %(accel)s -cpu host || exit 1
+kill -9 $qemu_pid
+wait $qemu_pid
+snap killed
+qemu-hpkvm-recover --state-dir=/run/hs
+echo "recover: $?"
+snap recovered
+kill $other
+""" % {"accel": accel}, cpus=4, vfs=1)
+    print("#", "\n# ".join(line for line in res.output.splitlines()
+                           if not re.match(r"(before|during|after-exit|"
+                                           r"killed|recovered) ", line)))
+    assert res.status == 0, res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    iso = hp["isolation"]
+    assert hp["host-cpus"] == "2-3" and iso["active"], hp
+    assert iso["method"] == "cgroup-v2", iso
+    assert "/other" in iso["groups-narrowed"], iso
+    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
+    assert sorted(vcpus.values()) == [2, 3], hp["placement"]
+    for line in lines_with(res.output, "thread "):
+        tid, allowed = line.split(" ", 1)
+        want = str(vcpus[int(tid)]) if int(tid) in vcpus else "0-1"
+        assert allowed == f"Cpus_allowed_list:{want}", (tid, allowed)
+    assert lines_with(res.output, "other: ") == ["Cpus_allowed_list:0-1"]
+    assert lines_with(res.output, "child: ") == ["Cpus_allowed_list:0-1"]
+    for core in iso["cores"]:
+        print(f"# core {core['host-cpu']}: IRQs moved {core['irqs-moved']}"
+              f", left {core['irqs-left']}, per-CPU kthreads left "
+              f"{len(core['kthreads-left'])}")
+    assert any(c["irqs-moved"] for c in iso["cores"]), iso["cores"]
+    during = snapshot(res.output, "during")
+    for irq in iso["cores"][0]["irqs-moved"]:
+        key = f"/proc/irq/{irq}/smp_affinity_list"
+        assert during[key] in ("0", "1", "0-1"), (key, during[key])
+    # The guest shut down: QEMU exited and undid everything.
+    assert lines_with(res.output, "status: ") == ["1"], "guest did not pass"
+    before = snapshot(res.output, "before")
+    diff = restored(before, snapshot(res.output, "after-exit"))
+    assert not diff, "not restored at exit: " + "; ".join(diff)
+    assert restored(before, snapshot(res.output, "killed")), \
+        "SIGKILL left nothing to recover"
+    assert lines_with(res.output, "recover: ") == ["0"], res.output
+    diff = restored(before, snapshot(res.output, "recovered"))
+    assert not diff, "not recovered: " + "; ".join(diff)
 
 
 def main():
