@@ -18,6 +18,7 @@
  *                    (a kernel failing part way; default 0, succeed)
  *   disable_exits=N  answer KVM_CHECK_EXTENSION(KVM_CAP_X86_DISABLE_EXITS)
  *                    with N instead of asking the real KVM
+ *   bind=ERRNO       make HPKVM_BIND_VCPU fail with ERRNO (default 0)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
  * Copyright (c) 2026 The hpkvm developers
@@ -28,6 +29,7 @@
 #include "qemu/osdep.h"
 #include <dlfcn.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include "linux/kvm.h"
 #include "linux/hpkvm.h"
 
@@ -39,6 +41,7 @@ static struct {
     int refuse;
     int enable_errno;
     int disable_exits;          /* -1: the real KVM's answer */
+    int bind_errno;
     uint64_t granted;           /* the fake VM's state */
 } fk = {
     .supported = ALL_FEATURES,
@@ -96,6 +99,8 @@ static void __attribute__((constructor)) fake_init(void)
             fk.enable_errno = atoi(val);
         } else if (!strcmp(tok, "disable_exits")) {
             fk.disable_exits = atoi(val);
+        } else if (!strcmp(tok, "bind")) {
+            fk.bind_errno = atoi(val);
         }
     }
     if (!grant_set) {
@@ -137,6 +142,41 @@ static int fake_enable(struct hpkvm_enable *req)
     fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " required=0x%" PRIx64
              " nr_vcpus=%u granted=0x%" PRIx64, requested, required,
              req->nr_vcpus, grant);
+    return 0;
+}
+
+/*
+ * The contract: from the vCPU's thread, with exclusive-cores granted.
+ * The log shows the calling thread and its affinity, so tests can check
+ * QEMU pinned the thread to the same core first.
+ */
+static int fake_bind(struct hpkvm_vcpu_bind *bind)
+{
+    cpu_set_t set;
+    GString *cpus = g_string_new("");
+    int cpu;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        for (cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+            if (CPU_ISSET(cpu, &set)) {
+                g_string_append_printf(cpus, "%s%d", cpus->len ? "," : "",
+                                       cpu);
+            }
+        }
+    }
+    fake_log("HPKVM_BIND_VCPU host_cpu=%u tid=%d affinity=%s -> %d",
+             bind->host_cpu, (int)syscall(SYS_gettid), cpus->str,
+             !(fk.granted & HPKVM_FEAT_EXCLUSIVE_CORES) ? EPERM :
+             fk.bind_errno);
+    g_string_free(cpus, true);
+    if (!(fk.granted & HPKVM_FEAT_EXCLUSIVE_CORES)) {
+        errno = EPERM;
+        return -1;
+    }
+    if (fk.bind_errno) {
+        errno = fk.bind_errno;
+        return -1;
+    }
     return 0;
 }
 
@@ -184,6 +224,9 @@ int ioctl(int fd, unsigned long request, ...)
             fake_log("HPKVM_SET_IRTE gsi=%u vcpu=%u vector=%u flags=0x%x",
                      irte->gsi, irte->vcpu_id, irte->vector, irte->flags);
             return 0;
+        }
+        if (request == HPKVM_BIND_VCPU) {
+            return fake_bind(arg);
         }
         if (request == HPKVM_DISABLE) {
             fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ")", fk.granted);

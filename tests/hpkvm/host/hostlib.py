@@ -13,7 +13,8 @@ import time
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
 RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
-GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
+FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
+                           "libhpkvm-fake-kernel.so")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))))
 
@@ -25,7 +26,8 @@ CPU = "host,-arch-capabilities"
 class Vm:
     """A paused QEMU with QMP; .qmp(cmd) returns the command's result."""
 
-    def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm"):
+    def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm",
+                 env=None):
         self.sock = os.path.join(tmp, f"{name}.qmp")
         self.cmd = [QEMU, "-accel", accel, "-S", "-machine", "pc",
                     "-smp", str(smp), "-cpu", CPU, "-m", "32",
@@ -34,7 +36,8 @@ class Vm:
                     "-qmp", f"unix:{self.sock},server=on,wait=off",
                     *extra]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=env)
         self._sock = None
         self.timeout = timeout
 

@@ -159,6 +159,49 @@ def sigkill_then_next_vm_takes_over_and_restores():
         assert not diff, "not restored: " + "; ".join(diff)
 
 
+def fake_kernel_vm(root, tmp, spec, name):
+    log = os.path.join(tmp, f"{name}.log")
+    env = dict(os.environ, LD_PRELOAD=hostlib.FAKE_KERNEL,
+               HPKVM_FAKE_KERNEL=spec, HPKVM_FAKE_KERNEL_LOG=log)
+    return Vm(fake_accel(root), tmp, name=name, env=env), log
+
+
+@test
+def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
+    """With the patched kernel's test double granting everything: the
+    kernel is asked to bind vCPU 0 to core 1 from the vCPU's own thread,
+    already pinned there, and the report says dynamic nohz; a refused
+    bind stops QEMU, which puts the host back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        vm, log = fake_kernel_vm(root, tmp, "supported=0x3f", "granted")
+        vm.connect()
+        try:
+            info = vm.qmp("query-hpkvm")
+        finally:
+            assert vm.quit() == 0, vm.stderr
+        feats = {f["feature"]: f for f in info["features"]}
+        assert feats["exclusive-cores"]["granted"], feats
+        (place,) = info["placement"]
+        with open(log) as f:
+            binds = [ln for ln in f if ln.startswith("HPKVM_BIND_VCPU")]
+        assert binds == [f"HPKVM_BIND_VCPU host_cpu=1 tid="
+                         f"{place['thread-id']} affinity=1 -> 0\n"], binds
+        assert info["isolation"]["cores"][0]["nohz"] == "dynamic", info
+
+        vm, log = fake_kernel_vm(root, tmp, "supported=0x3f,bind=16",
+                                 "refused")
+        vm.proc.wait(30)
+        err = vm.proc.stderr.read()
+        assert vm.proc.returncode == 1 and \
+            "cannot bind vCPU 0 to host core 1: Device or resource busy" \
+            in err, err
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+
+
 @test
 def fifty_racing_starts_never_two_owners():
     n = 50

@@ -326,6 +326,16 @@ qemu-hpkvm-recover --state-dir=/run/hs
 echo "recover: $?"
 snap recovered
 kill $other
+guest_qemu -accel %(accel)s -cpu host -smp 1,maxcpus=2 || exit 1
+qmp-exec /tmp/qmp.sock '{"execute": "device_add", "arguments":
+    {"driver": "host-x86_64-cpu", "id": "hot1", "socket-id": 0,
+     "core-id": 1, "thread-id": 0}}'
+echo "hotplug: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+for t in /proc/$qemu_pid/task/*; do
+    echo "hotthread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
+done
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
 """ % {"accel": accel}, cpus=4, vfs=1)
     print("#", "\n# ".join(line for line in res.output.splitlines()
                            if not re.match(r"(before|during|after-exit|"
@@ -363,6 +373,15 @@ kill $other
     assert lines_with(res.output, "recover: ") == ["0"], res.output
     diff = restored(before, snapshot(res.output, "recovered"))
     assert not diff, "not recovered: " + "; ".join(diff)
+
+    # A hot-plugged vCPU gets the next core of host-cpus=, bound too.
+    hot = json.loads(lines_with(res.output, "hotplug: ")[0])["return"]
+    places = {p["cpu-index"]: p for p in hot["placement"]}
+    assert places[1]["host-cpu"] == 3 and places[1]["thread-id"], hot
+    threads = dict(line.split(" ", 1)
+                   for line in lines_with(res.output, "hotthread "))
+    assert threads[str(places[1]["thread-id"])] == "Cpus_allowed_list:3", \
+        threads
 
 
 def main():
