@@ -160,6 +160,7 @@ static int hpkvm_init_machine(MachineState *ms)
         error_report_err(err);
         return -EINVAL;
     }
+    hpkvm_migration_init(s);
     hpkvm_arch_init_machine(s);
     ret = hc->parent_init_machine(ms);
     if (ret < 0) {

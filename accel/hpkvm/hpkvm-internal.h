@@ -15,6 +15,15 @@
 #include "qemu/notify.h"
 #include "hpkvm-lease.h"
 
+/* What the migration stream carries (hpkvm-migration.c) */
+typedef struct HpkvmMigState {
+    uint64_t granted;           /* 1 << HpkvmFeature the kernel granted */
+    uint8_t requested[HPKVM_FEATURE__MAX];  /* OnOffAuto */
+    uint32_t disabled_exits;
+    bool realtime_hint;
+    int64_t tsc_khz;            /* the guest's TSC frequency */
+} HpkvmMigState;
+
 typedef struct HpkvmFeatureState {
     OnOffAuto requested;        /* the property */
     bool granted;               /* by the kernel's hpkvm extension */
@@ -49,6 +58,12 @@ struct HPKVMState {
     HpkvmIsolation *isolation;
     bool isolated;              /* this VM's leases are in the host state */
     Notifier exit_notifier;
+
+    /* Migration (hpkvm-migration.c) */
+    int64_t guest_tsc_khz;      /* 0: unknown */
+    HpkvmMigState mig;
+    strList *incoming_lost;     /* the source's promises not kept here */
+    NotifierWithReturn migration_notifier;
 };
 
 /* What the guest's CPUs look like, for the checks negotiation makes. */
@@ -80,6 +95,11 @@ HpkvmInfo *hpkvm_report(HPKVMState *s);
 bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp);
 void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu);
 void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info);
+/* Give the cores back and reconcile the host, as at exit. */
+void hpkvm_placement_release(HPKVMState *s, const char *why);
+
+/* hpkvm-migration.c: the "hpkvm" migration section, lease hand-over. */
+void hpkvm_migration_init(HPKVMState *s);
 void hpkvm_placement_finalize(HPKVMState *s);
 
 /* Per target: called before and after KVM's machine initialisation. */

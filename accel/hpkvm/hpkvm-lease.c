@@ -122,6 +122,31 @@ fail:
     return false;
 }
 
+bool hpkvm_leases_adopt(HpkvmLeases *l, unsigned cpu, int fd, Error **errp)
+{
+    g_autofree char *pid = g_strdup_printf("%d\n", getpid());
+    int ret;
+
+    /* Our description holds the lock already: locking again is a no-op. */
+    ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "hpkvm: the lease of host core %u "
+                         "handed over by the previous QEMU is not held",
+                         cpu);
+        return false;
+    }
+    if (ftruncate(fd, 0) < 0 ||
+        pwrite(fd, pid, strlen(pid), 0) != strlen(pid)) {
+        error_setg_errno(errp, errno, "hpkvm: cannot write the lease of "
+                         "host core %u", cpu);
+        return false;
+    }
+    l->fd[cpu] = fd;
+    set_bit(cpu, l->held.bits);
+    trace_hpkvm_lease_adopt(cpu, getpid());
+    return true;
+}
+
 void hpkvm_leases_release(HpkvmLeases *l)
 {
     unsigned cpu;

@@ -33,6 +33,8 @@ void hpkvm_leases_init(HpkvmLeases *l);
 bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                        const char *state_dir, const HpkvmCpuSet *cores,
                        Error **errp);
+/* Take over the lease on @cpu whose open file @fd was handed over (CPR). */
+bool hpkvm_leases_adopt(HpkvmLeases *l, unsigned cpu, int fd, Error **errp);
 void hpkvm_leases_release(HpkvmLeases *l);
 
 void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,

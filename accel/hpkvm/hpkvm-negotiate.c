@@ -16,6 +16,7 @@
 #include "qemu/osdep.h"
 #include "qapi/error.h"
 #include "qapi/qapi-visit-hpkvm.h"
+#include "qapi/clone-visitor.h"
 #include "hpkvm-internal.h"
 #include "hpkvm-kernel.h"
 #include "trace.h"
@@ -391,5 +392,7 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
     info->has_irte_fallback = true;
     info->irte_fallback = s->irte_fallback;
     hpkvm_placement_report(s, info);
+    info->has_incoming_lost = s->incoming_lost != NULL;
+    info->incoming_lost = QAPI_CLONE(strList, s->incoming_lost);
     return info;
 }

@@ -24,12 +24,15 @@
 #include "qapi/clone-visitor.h"
 #include "hw/core/cpu.h"
 #include "system/system.h"
+#include "migration/cpr.h"
 #include "hpkvm-internal.h"
 #include "hpkvm-isolate.h"
 #include "hpkvm-kernel.h"
 #include "trace.h"
 
 #define CPU_SYSFS "/sys/devices/system/cpu"
+/* The name of the lease files' descriptors in CPR's state */
+#define CPR_LEASE "hpkvm-lease"
 
 /* Every core of @cores present and online; what is wrong, with the fix. */
 static bool check_cores(HPKVMState *s, const char *opt,
@@ -120,19 +123,24 @@ static HpkvmIsolation *reconcile(HPKVMState *s, const HpkvmCpuSet *cores,
     return rep;
 }
 
-static void placement_exit(Notifier *n, void *data)
+void hpkvm_placement_release(HPKVMState *s, const char *why)
 {
-    HPKVMState *s = container_of(n, HPKVMState, exit_notifier);
     g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
     g_autoptr(HpkvmIsolation) rep = NULL;
     Error *err = NULL;
     HpkvmCpuSet none;
+    unsigned cpu;
     int lock, i;
 
-    if (!s->leases) {
+    if (!s->leases || hpkvm_cpuset_empty(&s->leases->held)) {
         return;
     }
+    trace_hpkvm_placement_release(why);
     lock = hpkvm_leases_lock_host(&s->host, s->state_dir, &err);
+    HPKVM_CPUSET_FOREACH(cpu, &s->leases->held) {
+        cpr_delete_fd(CPR_LEASE, cpu);
+    }
+    /* After a CPR hand-over the new QEMU still holds them: nothing goes. */
     hpkvm_leases_release(s->leases);
     if (s->isolated) {
         s->isolated = false;
@@ -149,6 +157,12 @@ static void placement_exit(Notifier *n, void *data)
         warn_report("hpkvm: could not restore %s",
                     (char *)g_ptr_array_index(failures, i));
     }
+}
+
+static void placement_exit(Notifier *n, void *data)
+{
+    hpkvm_placement_release(container_of(n, HPKVMState, exit_notifier),
+                            "QEMU exits");
 }
 
 /* What the leases and isolation need, checked before anything changes. */
@@ -214,6 +228,39 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
     return true;
 }
 
+/*
+ * The leases a previous QEMU handed over (cpr-transfer) are adopted, the
+ * rest taken; all are offered to a next CPR hand-over.
+ */
+static bool take_leases(HPKVMState *s, const HpkvmCpuSet *cores,
+                        Error **errp)
+{
+    HpkvmCpuSet rest = *cores;
+    unsigned cpu;
+    int fd;
+
+    HPKVM_CPUSET_FOREACH(cpu, cores) {
+        fd = cpr_is_incoming() ? cpr_find_fd(CPR_LEASE, cpu) : -1;
+        if (fd < 0) {
+            continue;
+        }
+        if (!hpkvm_leases_adopt(s->leases, cpu, fd, errp)) {
+            hpkvm_leases_release(s->leases);
+            return false;
+        }
+        clear_bit(cpu, rest.bits);
+    }
+    if (!hpkvm_leases_take(s->leases, &s->host, s->state_dir, &rest,
+                           errp)) {
+        hpkvm_leases_release(s->leases);
+        return false;
+    }
+    HPKVM_CPUSET_FOREACH(cpu, &rest) {
+        cpr_save_fd(CPR_LEASE, cpu, s->leases->fd[cpu]);
+    }
+    return true;
+}
+
 /* Under the host lock: leases, then isolation as dynamic-isolation says. */
 static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
                               Error **errp)
@@ -244,7 +291,7 @@ static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
                    "housekeeping-cpus=");
         goto out;
     }
-    if (!hpkvm_leases_take(s->leases, &s->host, s->state_dir, cores, errp)) {
+    if (!take_leases(s, cores, errp)) {
         goto out;
     }
     ok = true;

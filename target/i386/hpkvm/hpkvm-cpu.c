@@ -108,6 +108,7 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
     };
     s->realtime_hint = env->features[FEAT_KVM_HINTS] &
                        CPUID_KVM_HINTS_REALTIME;
+    s->guest_tsc_khz = facts.guest_tsc_khz ?: facts.host_tsc_khz;
     return hpkvm_negotiate(s, &facts, errp);
 }
 

@@ -13,6 +13,7 @@ import time
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
 RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
+GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
 FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
                            "libhpkvm-fake-kernel.so")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -27,14 +28,22 @@ class Vm:
     """A paused QEMU with QMP; .qmp(cmd) returns the command's result."""
 
     def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm",
-                 env=None):
+                 env=None, guest=None, machine="pc", memory=("-m", "32")):
+        """guest: None, or the test guest's -append options; its serial
+        output then goes to self.serial."""
         self.sock = os.path.join(tmp, f"{name}.qmp")
-        self.cmd = [QEMU, "-accel", accel, "-S", "-machine", "pc",
-                    "-smp", str(smp), "-cpu", CPU, "-m", "32",
+        self.serial = os.path.join(tmp, f"{name}.serial")
+        self.cmd = [QEMU, "-accel", accel, "-S", "-machine", machine,
+                    "-smp", str(smp), "-cpu", CPU, *memory,
                     "-nodefaults", "-display", "none", "-monitor", "none",
-                    "-serial", "none",
-                    "-qmp", f"unix:{self.sock},server=on,wait=off",
-                    *extra]
+                    "-qmp", f"unix:{self.sock},server=on,wait=off"]
+        if guest is None:
+            self.cmd += ["-serial", "none"]
+        else:
+            self.cmd += ["-kernel", GUEST, "-append", guest,
+                         "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+                         "-serial", f"file:{self.serial}"]
+        self.cmd += list(extra)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      env=env)
@@ -77,6 +86,21 @@ class Vm:
     def hmp(self, line):
         return self.qmp("human-monitor-command", **{"command-line": line})
 
+    def serial_text(self):
+        try:
+            with open(self.serial) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def wait_serial(self, text, timeout=60):
+        deadline = time.monotonic() + timeout
+        while text not in self.serial_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def quit(self):
         try:
             self.qmp("quit")
@@ -110,6 +134,13 @@ def run_error(accel, tmp, smp=1):
         vm.proc.wait()
         return None, "did not exit"
     return vm.proc.returncode, vm.proc.stderr.read()
+
+
+def run_recover(root):
+    """qemu-hpkvm-recover on a fake host; its output."""
+    rec = subprocess.run([RECOVER, f"--host-root={root}"],
+                         capture_output=True, text=True, timeout=60)
+    return rec.stdout + rec.stderr
 
 
 def thread_affinity(pid):

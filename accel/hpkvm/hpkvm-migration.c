@@ -1,0 +1,181 @@
+/*
+ * hpkvm: what the migration stream carries of hpkvm, and leases around it
+ *
+ * The "hpkvm" section carries what the source promised its guest: the
+ * features the kernel granted and how each was requested, the exits
+ * disabled (MWAIT shows in CPUID), the dedicated-vCPU CPUID hint and,
+ * with timer passthrough, the TSC frequency the guest programs deadlines
+ * in.  The destination negotiated with its own kernel before the stream
+ * arrives; where it cannot keep a promise it refuses the migration if the
+ * source had the feature "on", and degrades with a report if "auto".
+ * The section is only sent when there is a promise, so a VM that made
+ * none also migrates to plain -accel kvm, which does not know it.
+ *
+ * The source's leases and isolation stay until the migration completes,
+ * then go as at exit; a failed migration changes nothing.  With CPR
+ * (cpr-transfer) the lease files' open descriptions are handed to the new
+ * QEMU, which owns the cores from then on without a gap.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "qapi/error.h"
+#include "migration/vmstate.h"
+#include "migration/misc.h"
+#include "hpkvm-internal.h"
+#include "trace.h"
+
+static uint64_t granted_mask(HPKVMState *s)
+{
+    uint64_t mask = 0;
+    int f;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if (s->feat[f].granted) {
+            mask |= 1ULL << f;
+        }
+    }
+    return mask;
+}
+
+static bool hpkvm_promised(void *opaque)
+{
+    HPKVMState *s = opaque;
+
+    return granted_mask(s) || s->disabled_exits || s->realtime_hint;
+}
+
+static int hpkvm_pre_save(void *opaque)
+{
+    HPKVMState *s = opaque;
+    HpkvmMigState *m = &s->mig;
+    int f;
+
+    m->granted = granted_mask(s);
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        m->requested[f] = s->feat[f].requested;
+    }
+    m->disabled_exits = s->disabled_exits;
+    m->realtime_hint = s->realtime_hint;
+    m->tsc_khz = s->guest_tsc_khz;
+    return 0;
+}
+
+static const char *const exit_names[] = { "mwait", "hlt", "pause",
+                                          "cstate" };
+
+/* A promise this host cannot keep: refused under "on", noted under auto */
+static void lost(HPKVMState *s, GString *refused, int f, const char *what)
+{
+    g_autofree char *line = g_strdup_printf("%s (%s on the source): %s",
+                                            HpkvmFeature_str(f),
+                                            OnOffAuto_str(s->mig.requested[f]),
+                                            what);
+
+    trace_hpkvm_migration_lost(line);
+    if (s->mig.requested[f] == ON_OFF_AUTO_ON) {
+        g_string_append_printf(refused, "%s%s", refused->len ? "; " : "",
+                               line);
+    } else {
+        QAPI_LIST_PREPEND(s->incoming_lost, g_steal_pointer(&line));
+    }
+}
+
+static int hpkvm_post_load(void *opaque, int version_id)
+{
+    HPKVMState *s = opaque;
+    HpkvmMigState *in = &s->mig;
+    g_autoptr(GString) refused = g_string_new("");
+    strList *l;
+    int f, bit;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if (in->requested[f] > ON_OFF_AUTO_OFF) {
+            error_report("hpkvm: incoming migration: invalid stream "
+                         "(feature %d requested as %u)", f, in->requested[f]);
+            return -EINVAL;
+        }
+        if ((in->granted & (1ULL << f)) && !s->feat[f].granted) {
+            g_autofree char *why = g_strdup_printf(
+                "granted by the source's kernel, not here (%s)",
+                s->feat[f].reason ?: "not negotiated");
+
+            lost(s, refused, f, why);
+        }
+    }
+    if ((in->granted & (1ULL << HPKVM_FEATURE_TIMER_PASSTHROUGH)) &&
+        s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].granted &&
+        in->tsc_khz != s->guest_tsc_khz) {
+        g_autofree char *why = g_strdup_printf(
+            "the guest programs deadlines for a %" PRId64 " kHz TSC, this "
+            "host's runs at %" PRId64 " kHz", in->tsc_khz, s->guest_tsc_khz);
+
+        lost(s, refused, HPKVM_FEATURE_TIMER_PASSTHROUGH, why);
+    }
+    if (in->realtime_hint && !s->realtime_hint) {
+        lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES,
+             "the guest was told its vCPUs are dedicated (KVM_HINTS_"
+             "REALTIME); here they are not: add kvm-hint-dedicated=on to "
+             "-cpu");
+    }
+    for (bit = 0; bit < ARRAY_SIZE(exit_names); bit++) {
+        if ((in->disabled_exits & ~s->disabled_exits) & (1U << bit)) {
+            g_autofree char *why = g_strdup_printf(
+                "%s exits were disabled on the source, KVM here does not "
+                "disable them", exit_names[bit]);
+
+            lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES, why);
+        }
+    }
+    if (refused->len) {
+        error_report("hpkvm: incoming migration refused: this host cannot "
+                     "keep what the source promised its guest: %s; migrate "
+                     "to a host that can, or set the feature to auto on "
+                     "the source to allow a degraded destination",
+                     refused->str);
+        return -EPERM;
+    }
+    for (l = s->incoming_lost; l; l = l->next) {
+        warn_report("hpkvm: incoming migration degraded: %s", l->value);
+    }
+    return 0;
+}
+
+static const VMStateDescription vmstate_hpkvm = {
+    .name = "hpkvm",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = hpkvm_promised,
+    .pre_save = hpkvm_pre_save,
+    .post_load = hpkvm_post_load,
+    .fields = (const VMStateField[]) {
+        VMSTATE_UINT64(mig.granted, HPKVMState),
+        VMSTATE_UINT8_ARRAY(mig.requested, HPKVMState, HPKVM_FEATURE__MAX),
+        VMSTATE_UINT32(mig.disabled_exits, HPKVMState),
+        VMSTATE_BOOL(mig.realtime_hint, HPKVMState),
+        VMSTATE_INT64(mig.tsc_khz, HPKVMState),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+/* The source: its cores go once the guest runs elsewhere. */
+static int hpkvm_migration_event(NotifierWithReturn *n, MigrationEvent *e,
+                                 Error **errp)
+{
+    HPKVMState *s = container_of(n, HPKVMState, migration_notifier);
+
+    if (e->type == MIG_EVENT_PRECOPY_DONE) {
+        hpkvm_placement_release(s, "the guest migrated");
+    }
+    return 0;
+}
+
+void hpkvm_migration_init(HPKVMState *s)
+{
+    vmstate_register(NULL, 0, &vmstate_hpkvm, s);
+    migration_add_notifier(&s->migration_notifier, hpkvm_migration_event);
+}
