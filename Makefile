@@ -4,6 +4,7 @@
 #   make        configure (first time) and build
 #   make run    build and boot the built-in guest under -accel hpkvm
 #   make check  build and run hpkvm's unit tests and qtests
+#   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
 #   make clean  remove build/
 
 BUILD := build/qemu
@@ -35,7 +36,7 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-isolate \
 	tests/hpkvm/nested-host/qmp-exec
 
-.PHONY: all build configure run check clean
+.PHONY: all build configure run check bench clean
 
 all: build
 
@@ -58,6 +59,13 @@ run: build
 check: $(BUILD)/build.ninja configure
 	ninja -C $(BUILD) $(CHECK_TARGETS)
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
+
+# The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
+# nested test host; a table, build/bench/results.json and ratios.png.
+bench: build
+	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec
+	@scripts/hpkvm/install-deps.sh --bench
+	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
 
 clean:
 	rm -rf build

@@ -13,6 +13,25 @@ set -eu
 
 sources=/etc/apt/sources.list.d/hpkvm.sources
 
+# "--bench": only what "make bench" adds (the chart), from bookworm.
+if [ "${1:-}" = --bench ]; then
+    bench_pkgs="python3-matplotlib"
+    need=$(for p in $bench_pkgs; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
+            grep -q '^install ok installed$' || echo "$p"; done)
+    [ -z "$need" ] && exit 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "hpkvm: make bench draws its chart with $need; install it" \
+             "(sudo apt-get install $need) or read the table and JSON" >&2
+        exit 0
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $need
+    exit 0
+fi
+
 # Packages from bookworm itself.  gcc-multilib: the x86 option roms and
 # our bare-metal guest are 32-bit code built with the host compiler.
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates

@@ -15,6 +15,8 @@
  *             one: entry 0 fixed to the BSP, entry 1 lowest priority; then
  *             mask entry 0, retarget it to the first AP and unmask it (what
  *             a driver does when it moves an interrupt)
+ *   bench=N   before the result line, the micro-benchmarks of bench.c with
+ *             N samples each
  *   soak=N    before the result line, N rounds that each verify and rewrite
  *             256 KiB of memory with a round-specific pattern, take one
  *             timer interrupt and check the TSC never went back: a workload
@@ -34,6 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "cpu.h"
 #include "guest.h"
 
 #define COM1            0x3f8
@@ -43,37 +46,6 @@
 #define FW_CFG_DATA     0x511
 #define FW_CFG_NB_CPUS  0x05
 
-#define MSR_APIC_BASE   0x1b
-#define MSR_TSC_DEADLINE 0x6e0
-#define MSR_X2APIC_BASE 0x800
-
-#define APIC_BASE_EXTD  (1u << 10)
-#define APIC_BASE_EN    (1u << 11)
-
-#define LAPIC_BASE      0xfee00000u
-#define LAPIC_ID        0x020
-#define LAPIC_EOI       0x0b0
-#define LAPIC_SVR       0x0f0
-#define LAPIC_ICR_LO    0x300
-#define LAPIC_ICR_HI    0x310
-#define LAPIC_LVT_TIMER 0x320
-#define LAPIC_TIMER_ICR 0x380
-#define LAPIC_TIMER_DCR 0x3e0
-
-#define ICR_FIXED       0x00000
-#define ICR_INIT        0x00500
-#define ICR_STARTUP     0x00600
-#define ICR_ASSERT      0x04000
-#define ICR_BUSY        0x01000
-#define ICR_ALL_BUT_SELF 0xc0000
-
-#define LVT_TSC_DEADLINE (2u << 17)
-#define SVR_ENABLE      0x100
-
-#define VEC_REPORT      0x40
-#define VEC_TIMER       0x41
-#define VEC_WAKE        0x42
-#define VEC_SPURIOUS    0xff
 
 /* Generous bounds in TSC cycles: seconds on any host, including TCG. */
 #define AP_WAIT_CYCLES      20000000000ull
@@ -100,82 +72,21 @@ struct interrupt_frame {
  */
 static uint32_t reports;
 static uint32_t report_lock;
-static uint32_t reported_apic_id[MAX_CPUS];
+uint32_t reported_apic_id[MAX_CPUS];
 static uint64_t timer_fired_tsc;
 static uint32_t timer_fired;
-static uint32_t halts_entered;
+uint32_t halts_entered;
+uint32_t ap_spin;                   /* bench: APs spin instead of HLT */
 
 /* Written by the BSP before any AP starts. */
-static bool x2apic;
+bool x2apic;
 static uint32_t bsp_apic_id;
-
-/* Port I/O, MSRs, TSC, CPUID */
-
-static inline void outb(uint16_t port, uint8_t v)
-{
-    __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port));
-}
-
-static inline void outw(uint16_t port, uint16_t v)
-{
-    __asm__ volatile("outw %0, %1" : : "a"(v), "Nd"(port));
-}
-
-static inline uint8_t inb(uint16_t port)
-{
-    uint8_t v;
-
-    __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port));
-    return v;
-}
-
-static inline void outl(uint16_t port, uint32_t v)
-{
-    __asm__ volatile("outl %0, %1" : : "a"(v), "Nd"(port));
-}
-
-static inline uint32_t inl(uint16_t port)
-{
-    uint32_t v;
-
-    __asm__ volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
-    return v;
-}
-
-static inline uint64_t rdtsc(void)
-{
-    uint32_t lo, hi;
-
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-static inline uint64_t rdmsr(uint32_t msr)
-{
-    uint32_t lo, hi;
-
-    __asm__ volatile("rdmsr" : "=a"(lo), "=d"(hi) : "c"(msr));
-    return ((uint64_t)hi << 32) | lo;
-}
-
-static inline void wrmsr(uint32_t msr, uint64_t v)
-{
-    __asm__ volatile("wrmsr" : : "c"(msr), "a"((uint32_t)v),
-                     "d"((uint32_t)(v >> 32)));
-}
-
-static inline void cpuid(uint32_t leaf, uint32_t *a, uint32_t *b,
-                         uint32_t *c, uint32_t *d)
-{
-    __asm__ volatile("cpuid" : "=a"(*a), "=b"(*b), "=c"(*c), "=d"(*d)
-                     : "a"(leaf), "c"(0));
-}
 
 /*
  * The local APIC, in x2APIC mode (MSRs) where the CPU has it, else in
  * xAPIC mode (MMIO).  Register offsets are the xAPIC ones.
  */
-static inline uint32_t lapic_read(uint32_t reg)
+uint32_t lapic_read(uint32_t reg)
 {
     if (x2apic) {
         return rdmsr(MSR_X2APIC_BASE + (reg >> 4));
@@ -184,7 +95,7 @@ static inline uint32_t lapic_read(uint32_t reg)
     return *(volatile uint32_t *)(uintptr_t)(LAPIC_BASE + reg);
 }
 
-static inline void lapic_write(uint32_t reg, uint32_t v)
+void lapic_write(uint32_t reg, uint32_t v)
 {
     if (x2apic) {
         wrmsr(MSR_X2APIC_BASE + (reg >> 4), v);
@@ -211,14 +122,14 @@ static void putc_serial(char c)
     outb(COM1, c);
 }
 
-static void puts_serial(const char *s)
+void puts_serial(const char *s)
 {
     while (*s) {
         putc_serial(*s++);
     }
 }
 
-static void putu_serial(uint64_t v)
+void putu_serial(uint64_t v)
 {
     char buf[21];
     int i = sizeof(buf) - 1;
@@ -231,7 +142,7 @@ static void putu_serial(uint64_t v)
     puts_serial(&buf[i]);
 }
 
-static void __attribute__((noreturn)) guest_exit(uint8_t code)
+void __attribute__((noreturn)) guest_exit(uint8_t code)
 {
     outb(DEBUG_EXIT_PORT, code);
     for (;;) {
@@ -239,7 +150,7 @@ static void __attribute__((noreturn)) guest_exit(uint8_t code)
     }
 }
 
-static void __attribute__((noreturn)) fail(const char *why)
+void __attribute__((noreturn)) fail(const char *why)
 {
     puts_serial("hpkvm-guest: FAIL ");
     puts_serial(why);
@@ -266,7 +177,7 @@ static struct {
     uint64_t base;
 } __attribute__((packed)) idt_desc = { sizeof(idt) - 1, (uint64_t)idt };
 
-static void set_gate(int vec, void *handler)
+void set_gate(int vec, void *handler)
 {
     uint64_t addr = (uint64_t)handler;
 
@@ -359,7 +270,7 @@ static void lapic_enable(void)
     lapic_write(LAPIC_SVR, SVR_ENABLE | VEC_SPURIOUS);
 }
 
-static void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo)
+void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo)
 {
     if (x2apic) {
         /* One 64-bit write; no delivery status to wait for. */
@@ -374,7 +285,7 @@ static void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo)
     }
 }
 
-static void delay_cycles(uint64_t cycles)
+void delay_cycles(uint64_t cycles)
 {
     uint64_t end = rdtsc() + cycles;
 
@@ -384,7 +295,7 @@ static void delay_cycles(uint64_t cycles)
 }
 
 /* Wait with interrupts enabled until *flag reaches want or time runs out. */
-static bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles)
+bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles)
 {
     uint64_t end = rdtsc() + cycles;
 
@@ -439,6 +350,15 @@ void ap_main(uint32_t slot)
      * one HLT.
      */
     for (;;) {
+        if (__atomic_load_n(&ap_spin, __ATOMIC_ACQUIRE)) {
+            /* Running, not halted: IPIs land in a running vCPU. */
+            __asm__ volatile("sti");
+            while (__atomic_load_n(&ap_spin, __ATOMIC_ACQUIRE)) {
+                /* no PAUSE: under KVM it may exit (pause-loop exiting) */
+            }
+            __asm__ volatile("cli");
+            continue;
+        }
         __atomic_fetch_add(&halts_entered, 1, __ATOMIC_RELEASE);
         __asm__ volatile("sti; hlt; cli");
     }
@@ -481,7 +401,7 @@ static const char *cmdline(void)
  * The value of option "name" (as "name=value" or a bare "name", which
  * counts as 1), or 0 if absent.
  */
-static uint64_t option(const char *name)
+uint64_t option(const char *name)
 {
     const char *p = cmdline();
 
@@ -649,7 +569,7 @@ static bool has_feature_ecx1(int bit)
  * the handler (TSC-deadline) or from programming to the handler
  * (one-shot).
  */
-static uint64_t fire_timer(bool tsc_deadline)
+uint64_t fire_timer(bool tsc_deadline)
 {
     uint64_t start, deadline, fired;
 
@@ -788,6 +708,10 @@ void bsp_main(void)
             fail("msix needs a second vCPU");
         }
         msix_bdf = program_msix();
+    }
+
+    if (option("bench")) {
+        bench_run(ncpus, tsc_deadline);
     }
 
     soak_rounds = option("soak");

@@ -1,5 +1,5 @@
 /*
- * hpkvm test guest: what boot.S and guest.c share
+ * hpkvm test guest: what boot.S, guest.c and bench.c share
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -9,8 +9,42 @@
 #ifndef HPKVM_GUEST_H
 #define HPKVM_GUEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "layout.h"
+
+#define MSR_APIC_BASE   0x1b
+#define MSR_TSC_DEADLINE 0x6e0
+#define MSR_X2APIC_BASE 0x800
+
+#define APIC_BASE_EXTD  (1u << 10)
+#define APIC_BASE_EN    (1u << 11)
+
+#define LAPIC_BASE      0xfee00000u
+#define LAPIC_ID        0x020
+#define LAPIC_EOI       0x0b0
+#define LAPIC_SVR       0x0f0
+#define LAPIC_ICR_LO    0x300
+#define LAPIC_ICR_HI    0x310
+#define LAPIC_LVT_TIMER 0x320
+#define LAPIC_TIMER_ICR 0x380
+#define LAPIC_TIMER_DCR 0x3e0
+
+#define ICR_FIXED       0x00000
+#define ICR_INIT        0x00500
+#define ICR_STARTUP     0x00600
+#define ICR_ASSERT      0x04000
+#define ICR_BUSY        0x01000
+#define ICR_ALL_BUT_SELF 0xc0000
+
+#define LVT_TSC_DEADLINE (2u << 17)
+#define SVR_ENABLE      0x100
+
+#define VEC_REPORT      0x40
+#define VEC_TIMER       0x41
+#define VEC_WAKE        0x42
+#define VEC_BENCH       0x43
+#define VEC_SPURIOUS    0xff
 
 /* boot.S */
 extern char trampoline_start[], trampoline_end[];
@@ -19,5 +53,27 @@ extern uint32_t multiboot_info;     /* physical address, below 4 GiB */
 /* guest.c, called from boot.S */
 void bsp_main(void);
 void ap_main(uint32_t slot);
+
+/* guest.c, for the workloads */
+extern bool x2apic;
+extern uint32_t reported_apic_id[MAX_CPUS];     /* the APs', by slot */
+extern uint32_t halts_entered;                  /* by the first AP */
+extern uint32_t ap_spin;        /* APs spin with interrupts on, not HLT */
+
+void puts_serial(const char *s);
+void putu_serial(uint64_t v);
+void __attribute__((noreturn)) guest_exit(uint8_t code);
+void __attribute__((noreturn)) fail(const char *why);
+uint64_t option(const char *name);
+uint32_t lapic_read(uint32_t reg);
+void lapic_write(uint32_t reg, uint32_t v);
+void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo);
+void delay_cycles(uint64_t cycles);
+bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles);
+uint64_t fire_timer(bool tsc_deadline);
+void set_gate(int vec, void *handler);
+
+/* bench.c: the micro-benchmarks ("bench=N") */
+void bench_run(uint32_t ncpus, bool tsc_deadline);
 
 #endif

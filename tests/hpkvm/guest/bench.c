@@ -1,0 +1,268 @@
+/*
+ * hpkvm test guest: micro-benchmarks ("bench=N")
+ *
+ * The workloads of the seed's evaluation, each N samples (at most
+ * BENCH_MAX_SAMPLES), timed with the TSC: a reference exit (CPUID), the
+ * cost of one TSC-deadline MSR write, timer latency (deadline to handler),
+ * IPI latency to a running vCPU (unicast) and to all other running vCPUs
+ * (multicast: until the last handler), HLT wake latency (IPI to a halted
+ * vCPU until its handler), and an idle phase; plus "null", an empty
+ * workload whose exits are what the boundaries themselves cost.
+ *
+ * Each workload is framed by "hpkvm-bench: begin K" and "hpkvm-bench: end
+ * K" (K fixed-width, so every frame prints alike), each followed by a
+ * spin of bench-sync million cycles without exits, in which the host
+ * stops the VM and reads KVM's statistics.  Then one line
+ * "hpkvm-bench: result NAME n=N min=C median=C p99=C" in TSC cycles.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "cpu.h"
+#include "guest.h"
+
+#define BENCH_MAX_SAMPLES   2048
+#define DEFAULT_SYNC_MCYCLES 1000
+#define SETTLE_CYCLES       20000
+#define BENCH_WAIT_CYCLES   20000000000ull
+#define PIT_HZ              1193182u
+#define PIT_GATE_MS         50u
+
+static uint64_t samples[BENCH_MAX_SAMPLES];
+static uint64_t sync_cycles;
+
+/* Written by the IPI handler on whichever vCPU takes it. */
+static uint32_t bench_count;
+static uint64_t bench_last_tsc;
+
+__attribute__((interrupt))
+static void bench_handler(void *frame)
+{
+    uint64_t now = rdtsc();
+    uint64_t seen = __atomic_load_n(&bench_last_tsc, __ATOMIC_RELAXED);
+
+    /* The latest handler wins: for multicast, the last receiver. */
+    while (now > seen &&
+           !__atomic_compare_exchange_n(&bench_last_tsc, &seen, now, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        /* seen was reloaded */
+    }
+    __atomic_fetch_add(&bench_count, 1, __ATOMIC_RELEASE);
+    lapic_write(LAPIC_EOI, 0);
+}
+
+/* Spin without exits: no PAUSE (pause-loop exiting), no I/O. */
+static void quiet_spin(uint64_t cycles)
+{
+    uint64_t end = rdtsc() + cycles;
+
+    while (rdtsc() < end) {
+        __asm__ volatile("" : : : "memory");
+    }
+}
+
+static void frame(const char *what, unsigned k)
+{
+    puts_serial("hpkvm-bench: ");
+    puts_serial(what);
+    putu_serial(k / 10);
+    putu_serial(k % 10);
+    puts_serial("\n");
+    quiet_spin(sync_cycles);
+}
+
+static void report(const char *name, uint32_t n)
+{
+    uint32_t i, j;
+
+    /* Insertion sort: n is small and this is outside the frames. */
+    for (i = 1; i < n; i++) {
+        uint64_t v = samples[i];
+
+        for (j = i; j > 0 && samples[j - 1] > v; j--) {
+            samples[j] = samples[j - 1];
+        }
+        samples[j] = v;
+    }
+    puts_serial("hpkvm-bench: result ");
+    puts_serial(name);
+    puts_serial(" n=");
+    putu_serial(n);
+    puts_serial(" min=");
+    putu_serial(n ? samples[0] : 0);
+    puts_serial(" median=");
+    putu_serial(n ? samples[n / 2] : 0);
+    puts_serial(" p99=");
+    /* The smallest sample at or above 99% of them (nearest rank). */
+    putu_serial(n ? samples[(n * 99 + 99) / 100 - 1] : 0);
+    puts_serial("\n");
+}
+
+/* TSC kHz: the hypervisor's timing leaf where it has one, else the PIT. */
+static uint64_t tsc_khz(const char **source)
+{
+    uint32_t a, b, c, d;
+    uint64_t t0, t1;
+    uint16_t count = PIT_HZ / 1000 * PIT_GATE_MS;
+
+    cpuid(0x40000000, &a, &b, &c, &d);
+    if (a >= 0x40000010 && a < 0x40010000) {
+        cpuid(0x40000010, &a, &b, &c, &d);
+        if (a) {
+            *source = "cpuid";
+            return a;
+        }
+    }
+    /* PIT channel 2, mode 0, gate on, speaker off: OUT2 rises at zero. */
+    outb(0x61, (inb(0x61) & ~0x02) | 0x01);
+    outb(0x43, 0xb0);
+    outb(0x42, count & 0xff);
+    outb(0x42, count >> 8);
+    t0 = rdtsc();
+    while (!(inb(0x61) & 0x20)) {
+        /* counting down */
+    }
+    t1 = rdtsc();
+    *source = "pit";
+    return (t1 - t0) / PIT_GATE_MS;
+}
+
+static void wait_count(uint32_t want)
+{
+    if (!wait_for(&bench_count, want, BENCH_WAIT_CYCLES)) {
+        fail("bench: an IPI never arrived");
+    }
+}
+
+static void set_ap_spin(uint32_t spin, uint32_t ncpus)
+{
+    __atomic_store_n(&ap_spin, spin, __ATOMIC_RELEASE);
+    if (spin && ncpus > 1) {
+        /* Out of HLT, to see the flag. */
+        send_ipi(0, ICR_ALL_BUT_SELF | ICR_FIXED | VEC_WAKE);
+    }
+    quiet_spin(SETTLE_CYCLES * 10);
+}
+
+/* IPI send to the last handler, to @dest or to all other vCPUs (0). */
+static uint64_t ipi_sample(uint32_t dest, uint32_t receivers)
+{
+    uint32_t before = __atomic_load_n(&bench_count, __ATOMIC_ACQUIRE);
+    uint64_t t0;
+
+    __atomic_store_n(&bench_last_tsc, 0, __ATOMIC_RELAXED);
+    t0 = rdtsc();
+    send_ipi(dest, (dest ? ICR_FIXED : ICR_ALL_BUT_SELF | ICR_FIXED) |
+             VEC_BENCH);
+    wait_count(before + receivers);
+    return __atomic_load_n(&bench_last_tsc, __ATOMIC_RELAXED) - t0;
+}
+
+void bench_run(uint32_t ncpus, bool tsc_deadline)
+{
+    uint32_t n = option("bench"), i, k = 0, h;
+    uint32_t ap = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
+    uint64_t mcycles = option("bench-sync") ?: DEFAULT_SYNC_MCYCLES;
+    const char *source;
+    uint64_t khz, t0, t1;
+    uint32_t a, b, c, d;
+
+    if (n > BENCH_MAX_SAMPLES) {
+        n = BENCH_MAX_SAMPLES;
+    }
+    sync_cycles = mcycles * 1000000;
+    set_gate(VEC_BENCH, bench_handler);
+    khz = tsc_khz(&source);
+    puts_serial("hpkvm-bench: tsc-khz=");
+    putu_serial(khz);
+    puts_serial(" source=");
+    puts_serial(source);
+    puts_serial(" cpus=");
+    putu_serial(ncpus);
+    puts_serial(" samples=");
+    putu_serial(n);
+    puts_serial("\n");
+
+    frame("begin ", k);
+    frame("end ", k++);
+    report("null", 0);
+
+    /* APs halted, the BSP spinning: what exits an idle guest takes. */
+    frame("begin ", k);
+    t0 = rdtsc();
+    quiet_spin(sync_cycles);
+    samples[0] = rdtsc() - t0;
+    frame("end ", k++);
+    report("idle", 1);
+
+    frame("begin ", k);
+    for (i = 0; i < n; i++) {
+        t0 = rdtsc();
+        cpuid(0, &a, &b, &c, &d);
+        samples[i] = rdtsc() - t0;
+    }
+    frame("end ", k++);
+    report("cpuid", n);
+
+    if (tsc_deadline) {
+        lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
+        frame("begin ", k);
+        for (i = 0; i < n; i++) {
+            /* Far in the future, each replacing the last: no interrupt. */
+            t0 = rdtsc();
+            wrmsr(MSR_TSC_DEADLINE, t0 + (1ull << 40));
+            t1 = rdtsc();
+            samples[i] = t1 - t0;
+        }
+        frame("end ", k++);
+        wrmsr(MSR_TSC_DEADLINE, 0);
+        report("tsc-deadline-write", n);
+    }
+
+    frame("begin ", k);
+    for (i = 0; i < n; i++) {
+        samples[i] = fire_timer(tsc_deadline);
+    }
+    frame("end ", k++);
+    report(tsc_deadline ? "timer" : "timer-oneshot", n);
+
+    if (ncpus < 2) {
+        return;
+    }
+    set_ap_spin(1, ncpus);
+    frame("begin ", k);
+    for (i = 0; i < n; i++) {
+        samples[i] = ipi_sample(ap, 1);
+        quiet_spin(SETTLE_CYCLES);
+    }
+    frame("end ", k++);
+    report("ipi-unicast", n);
+
+    frame("begin ", k);
+    for (i = 0; i < n; i++) {
+        samples[i] = ipi_sample(0, ncpus - 1);
+        quiet_spin(SETTLE_CYCLES);
+    }
+    frame("end ", k++);
+    report("ipi-multicast", n);
+    set_ap_spin(0, ncpus);
+
+    h = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
+    frame("begin ", k);
+    for (i = 0; i < n; i++) {
+        /* Let it reach HLT, wake it, wait for it to head back there. */
+        quiet_spin(SETTLE_CYCLES);
+        samples[i] = ipi_sample(ap, 1);
+        while (__atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE) == h) {
+            /* the first AP counts each HLT it enters */
+        }
+        h = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
+    }
+    frame("end ", k++);
+    report("hlt-wake", n);
+}
