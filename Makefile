@@ -34,7 +34,10 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-msi \
 	tests/unit/test-hpkvm-cpuset \
 	tests/unit/test-hpkvm-isolate \
-	tests/hpkvm/nested-host/qmp-exec
+	tests/unit/test-hpkvm-hpnet-select \
+	tests/unit/test-hpkvm-hpnet-probe \
+	tests/hpkvm/nested-host/qmp-exec \
+	tests/hpkvm/net/hpkvm-vhost-user-bridge
 
 .PHONY: all build configure run check bench clean
 

@@ -51,6 +51,14 @@ HOSTS = {
 }
 
 
+HOSTS_SHORT = {
+    "local": "this machine (nested paravirtual KVM): timings real, exit "
+             "counts emulated",
+    "nested": "nested test host (KVM under TCG): exit counts real, "
+              "timings not",
+}
+
+
 class Qmp:
     def __init__(self, path, deadline):
         while True:
@@ -160,6 +168,8 @@ def parse(text, frames, missed, info):
         by_frame.setdefault(k, {})[edge] = vcpu_totals(stats)
     out = {"tsc_khz": khz, "tsc_source": fields["source"],
            "cpus": int(fields["cpus"]), "missed": missed,
+           "notes": [ln.split(" note ", 1)[1] for ln in lines
+                     if " note " in ln],
            "hpkvm": info, "workloads": {}}
     for k, res in enumerate(results):
         name = res[0]
@@ -405,7 +415,7 @@ def chart(summary, path):
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(list(x))
         ax.set_xticklabels(names, rotation=20, fontsize=8)
-        ax.set_title(f"{host}: {HOSTS[host][:60]}...", fontsize=8)
+        ax.set_title(HOSTS_SHORT[host], fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -468,6 +478,10 @@ def main():
         accels = [a for a in ("kvm", "hpkvm", "tcg") if a in raw["hosts"][host]]
         print_table(host, table, accels, len(raw["hosts"][host]["kvm"]))
         print(f"   what hpkvm had ({host}): {granted(raw['hosts'][host])}")
+        notes = sorted({f"{a}: {n}" for a, rs in raw["hosts"][host].items()
+                        for r in rs for n in r["notes"]})
+        for n in notes:
+            print(f"   guest note, {n}")
     raw["summary"] = summary
     path = os.path.join(out, "results.json")
     with open(path, "w") as f:

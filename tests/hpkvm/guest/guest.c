@@ -17,6 +17,8 @@
  *             a driver does when it moves an interrupt)
  *   bench=N   before the result line, the micro-benchmarks of bench.c with
  *             N samples each
+ *   vnet=N    send N broadcast frames through the first virtio-net device
+ *             (see vnet.c)
  *   soak=N    before the result line, N rounds that each verify and rewrite
  *             256 KiB of memory with a round-specific pattern, take one
  *             timer interrupt and check the TSC never went back: a workload
@@ -73,8 +75,8 @@ struct interrupt_frame {
 static uint32_t reports;
 static uint32_t report_lock;
 uint32_t reported_apic_id[MAX_CPUS];
-static uint64_t timer_fired_tsc;
-static uint32_t timer_fired;
+uint64_t timer_fired_tsc;
+uint32_t timer_fired;
 uint32_t halts_entered;
 uint32_t ap_spin;                   /* bench: APs spin instead of HLT */
 
@@ -477,13 +479,13 @@ static uint32_t wake_ap(uint32_t n, uint32_t *retries)
 #define VEC_MSIX_LOWPRI     0x52
 #define MSI_DATA_LOWPRI     (1u << 8)
 
-static uint32_t pci_read(uint32_t bdf, uint32_t off)
+uint32_t pci_read(uint32_t bdf, uint32_t off)
 {
     outl(PCI_CONFIG_ADDR, 0x80000000u | bdf << 8 | (off & 0xfc));
     return inl(PCI_CONFIG_DATA);
 }
 
-static void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
+void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
 {
     outl(PCI_CONFIG_ADDR, 0x80000000u | bdf << 8 | (off & 0xfc));
     outl(PCI_CONFIG_DATA, v);
@@ -652,6 +654,7 @@ void bsp_main(void)
     uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i, msix_bdf = 0;
     bool tsc_deadline;
     uint64_t timer_cycles, soak_rounds;
+    uint32_t vnet_frames = 0;
 
     for (i = 0; i < sizeof(exception_handlers) / sizeof(exception_handlers[0]);
          i++) {
@@ -714,6 +717,10 @@ void bsp_main(void)
         bench_run(ncpus, tsc_deadline);
     }
 
+    if (option("vnet")) {
+        vnet_frames = vnet_send(option("vnet"));
+    }
+
     soak_rounds = option("soak");
     if (soak_rounds) {
         soak(soak_rounds, tsc_deadline);
@@ -732,6 +739,10 @@ void bsp_main(void)
     if (option("msix")) {
         puts_serial(" msix-bdf=");
         putu_serial(msix_bdf);
+    }
+    if (option("vnet")) {
+        puts_serial(" vnet=");
+        putu_serial(vnet_frames);
     }
     if (soak_rounds) {
         puts_serial(" soak=");

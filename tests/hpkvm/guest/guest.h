@@ -59,6 +59,8 @@ extern bool x2apic;
 extern uint32_t reported_apic_id[MAX_CPUS];     /* the APs', by slot */
 extern uint32_t halts_entered;                  /* by the first AP */
 extern uint32_t ap_spin;        /* APs spin with interrupts on, not HLT */
+extern uint32_t timer_fired;                    /* VEC_TIMER handler */
+extern uint64_t timer_fired_tsc;
 
 void puts_serial(const char *s);
 void putu_serial(uint64_t v);
@@ -72,6 +74,12 @@ void delay_cycles(uint64_t cycles);
 bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles);
 uint64_t fire_timer(bool tsc_deadline);
 void set_gate(int vec, void *handler);
+
+uint32_t pci_read(uint32_t bdf, uint32_t off);
+void pci_write(uint32_t bdf, uint32_t off, uint32_t v);
+
+/* vnet.c: frames through a virtio-net device ("vnet=N"); how many went */
+uint32_t vnet_send(uint32_t n);
 
 /* bench.c: the micro-benchmarks ("bench=N") */
 void bench_run(uint32_t ncpus, bool tsc_deadline);

@@ -28,7 +28,8 @@ class Vm:
     """A paused QEMU with QMP; .qmp(cmd) returns the command's result."""
 
     def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm",
-                 env=None, guest=None, machine="pc", memory=("-m", "32")):
+                 env=None, guest=None, machine="pc", memory=("-m", "32"),
+                 wrap=()):
         """guest: None, or the test guest's -append options; its serial
         output then goes to self.serial."""
         self.sock = os.path.join(tmp, f"{name}.qmp")
@@ -43,7 +44,7 @@ class Vm:
             self.cmd += ["-kernel", GUEST, "-append", guest,
                          "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
                          "-serial", f"file:{self.serial}"]
-        self.cmd += list(extra)
+        self.cmd = list(wrap) + self.cmd + list(extra)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      env=env)
@@ -124,9 +125,9 @@ class Vm:
         return self.proc.returncode
 
 
-def run_error(accel, tmp, smp=1):
+def run_error(accel, tmp, smp=1, **kwargs):
     """QEMU that must refuse to start: (exit status, stderr)."""
-    vm = Vm(accel, tmp, smp=smp, name="err")
+    vm = Vm(accel, tmp, smp=smp, name="err", **kwargs)
     try:
         vm.proc.wait(30)
     except subprocess.TimeoutExpired:

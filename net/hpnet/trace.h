@@ -1,0 +1,1 @@
+#include "trace/trace-net_hpnet.h"
