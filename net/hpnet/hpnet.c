@@ -182,8 +182,9 @@ static void check_backends(Notifier *n, void *data)
         if (s->backend != HPNET_BACKEND_SRIOV) {
             continue;
         }
+        /* virtio-net-pci and its kin alias the device's "failover". */
         dev = qdev_find_recursive(sysbus_get_default(), s->standby);
-        if (!dev || !object_dynamic_cast(OBJECT(dev), TYPE_VIRTIO_NET) ||
+        if (!dev || !object_property_find(OBJECT(dev), "failover") ||
             !object_property_get_bool(OBJECT(dev), "failover", NULL)) {
             error_report("hpnet %s: standby=%s must be a virtio-net device "
                          "with failover=on: -device virtio-net-pci,netdev=%s,"

@@ -18,7 +18,8 @@
  *   bench=N   before the result line, the micro-benchmarks of bench.c with
  *             N samples each
  *   vnet=N    send N broadcast frames through the first virtio-net device
- *             (see vnet.c)
+ *             (see vnet.c); with vnet-standby, accept VIRTIO_NET_F_STANDBY
+ *             and report the failover primary QEMU plugs then
  *   soak=N    before the result line, N rounds that each verify and rewrite
  *             256 KiB of memory with a round-specific pattern, take one
  *             timer interrupt and check the TSC never went back: a workload

@@ -216,6 +216,33 @@ static void put_text(uint8_t *p, const char *s)
     }
 }
 
+/*
+ * With STANDBY accepted, QEMU plugs the failover primary (the VF) into
+ * its PCIe root port: look for it on the buses behind the root ports.
+ */
+static void find_primary(void)
+{
+    uint64_t end = rdtsc() + SEND_WAIT_CYCLES;
+    uint32_t bus, id;
+
+    while (rdtsc() < end) {
+        for (bus = 1; bus < 16; bus++) {
+            id = pci_read(bus << 8, 0);
+            if ((id & 0xffff) != 0xffff && (id & 0xffff) != VIRTIO_VENDOR) {
+                puts_serial("hpkvm-guest: vnet: failover primary ");
+                putu_serial(id & 0xffff);
+                puts_serial(":");
+                putu_serial(id >> 16);
+                puts_serial(" on bus ");
+                putu_serial(bus);
+                puts_serial("\n");
+                return;
+            }
+        }
+    }
+    puts_serial("hpkvm-guest: vnet: no failover primary appeared\n");
+}
+
 uint32_t vnet_send(uint32_t n)
 {
     uint32_t i, hi, want_hi;
@@ -284,5 +311,8 @@ uint32_t vnet_send(uint32_t n)
     puts_serial("hpkvm-guest: vnet: sent ");
     putu_serial(n);
     puts_serial(" frames\n");
+    if (option("vnet-standby")) {
+        find_primary();
+    }
     return n;
 }

@@ -12,6 +12,9 @@
   opens;
 - hpkvm's direct VFIO IRTE calls follow the guest's MSI-X programming of
   a real VF (the patched kernel played by the test double);
+- -netdev hpnet chooses vhost-net (started once the guest drove the
+  device; its frames on the tap) and, for need=isolation, an SR-IOV VF
+  paired with a virtio-net failover standby that the guest sees plugged;
 - dedicated cores on a 4-CPU nested host with real device IRQs and a
   cgroup v2 cpuset: vCPU threads on their leased cores, QEMU's other
   threads, host tasks and IRQs off them; restored when the guest shuts
@@ -255,6 +258,62 @@ sed 's/^/fake: /' /tmp/fake.log
     assert {"gsi": gsi, "vcpu": "1", "vector": "81",
             "flags": "0x0"} in sets, sets
     assert info["irte-direct"] >= 2 and info["irte-fallback"] >= 1, info
+
+
+@test
+def hpnet_chooses_vhost_net_and_an_sriov_vf_on_a_real_kernel():
+    res = run(PAYLOAD_LIB + r"""
+printf '#!/bin/sh\nip link set "$1" up\n' > /tmp/ifup
+chmod +x /tmp/ifup
+guest_qemu -accel kvm -cpu host -append "vnet=8 hold" \
+    -netdev hpnet,id=n0,ifname=hptap0,script=/tmp/ifup \
+    -device virtio-net-pci,netdev=n0 || exit 1
+echo "before: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+qmp-exec /tmp/qmp.sock cont > /dev/null
+wait_serial
+echo "after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+echo "rx: $(cat /sys/class/net/hptap0/statistics/rx_packets)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+pf=$(basename "$(dirname "$(ls /sys/bus/pci/devices/*/sriov_numvfs | head -1)")")
+echo "pf: $pf"
+rm -f /tmp/qmp.sock /tmp/serial.log
+qemu-system-x86_64 -machine q35 -accel kvm -cpu host -smp 1 -m 256 -S \
+    -nodefaults -kernel "$HPKVM_GUEST" -append "vnet=2 vnet-standby hold" \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    -display none -monitor none -serial file:/tmp/serial.log \
+    -qmp unix:/tmp/qmp.sock,server=on,wait=off \
+    -device pcie-root-port,id=rp1,slot=1,chassis=1 \
+    -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap1,script=/tmp/ifup \
+    -device virtio-net-pci,netdev=n1,id=net1,failover=on &
+qemu_pid=$!
+i=0
+while [ ! -S /tmp/qmp.sock ]; do
+    sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && break
+done
+echo "sriov: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+qmp-exec /tmp/qmp.sock cont > /dev/null
+wait_serial
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+""", vfs=2, vfio_vfs=2)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    before = json.loads(lines_with(res.output, "before: ")[0])["return"][0]
+    after = json.loads(lines_with(res.output, "after: ")[0])["return"][0]
+    assert after["backend"] == "vhost-net" and after["need"] == "throughput"
+    assert after["candidates"][0]["taken"], after
+    assert before["vhost-started"] is False, before
+    assert after["vhost-started"] is True, after
+    serials = lines_with(res.output, "serial: ")
+    assert "vnet: sent 8 frames" in serials[0], serials
+    assert int(lines_with(res.output, "rx: ")[0]) >= 8, res.output
+    sriov = json.loads(lines_with(res.output, "sriov: ")[0])["return"][0]
+    assert sriov["backend"] == "sriov" and sriov["vf"], sriov
+    assert "vnet: sent 2 frames" in serials[1], serials
+    # QEMU plugged the VF (igbvf, 8086:10ca) once the guest took STANDBY.
+    assert "hpkvm-guest: vnet: failover primary 32902:4298 on bus 1" in \
+        res.output, res.output
 
 
 # Host state dynamic isolation may change, one "LABEL key value" line per
