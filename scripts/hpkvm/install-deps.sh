@@ -34,9 +34,11 @@ fi
 
 # Packages from bookworm itself.  gcc-multilib: the x86 option roms and
 # our bare-metal guest are 32-bit code built with the host compiler.
+# iproute2 and dpdk-dev (dpdk-testpmd): the network selector's tests.
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
- flex bison ninja-build python3 python3-venv seabios ipxe-qemu"
+ flex bison ninja-build python3 python3-venv seabios ipxe-qemu
+ iproute2 dpdk-dev"
 # Packages that need a newer version than bookworm has.
 bpo_pkgs="meson python3-pycotap"
 

@@ -244,7 +244,7 @@ def tree_diff(before, after):
 
 # --- the real host ----------------------------------------------------------
 
-def _read(path):
+def read_text(path):
     try:
         with open(path) as f:
             return f.read().strip()
@@ -258,20 +258,20 @@ def real_snapshot():
     for p in ["/proc/irq/default_smp_affinity",
               "/sys/devices/virtual/workqueue/cpumask"] + \
             glob.glob("/proc/irq/*/smp_affinity_list"):
-        snap[p] = _read(p)
+        snap[p] = read_text(p)
     for p in glob.glob("/sys/fs/cgroup/cpuset/**/cpuset.cpus",
                        recursive=True) + \
             glob.glob("/sys/fs/cgroup/*/cpuset.cpus"):
-        snap[p] = _read(p)
+        snap[p] = read_text(p)
     for d in glob.glob("/proc/[0-9]*"):
-        stat = _read(f"{d}/stat")
-        status = _read(f"{d}/status")
+        stat = read_text(f"{d}/stat")
+        status = read_text(f"{d}/status")
         if not stat or not status:
             continue
         start = stat.rsplit(")", 1)[1].split()[19]
         allowed = [ln for ln in status.splitlines()
                    if ln.startswith("Cpus_allowed_list")]
-        snap[f"{d}@{start}"] = (_read(f"{d}/cpuset"), allowed[0]
+        snap[f"{d}@{start}"] = (read_text(f"{d}/cpuset"), allowed[0]
                                 if allowed else None)
     return snap
 
