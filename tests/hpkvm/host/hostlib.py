@@ -16,8 +16,6 @@ RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
 GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
 FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
                            "libhpkvm-fake-kernel.so")
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))))
 
 # This machine's nested paravirtual KVM refuses QEMU's write of
 # IA32_ARCH_CAPABILITIES; a real host takes plain -cpu host.

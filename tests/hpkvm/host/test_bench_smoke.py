@@ -12,7 +12,7 @@ import tempfile
 
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))))
+    os.path.dirname(os.path.realpath(__file__)))))
 WORKLOADS = ("idle", "cpuid", "tsc-deadline-write", "timer", "ipi-unicast",
              "ipi-multicast", "hlt-wake")
 
