@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import traceback
 
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
@@ -16,6 +17,39 @@ RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
 GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
 FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
                            "libhpkvm-fake-kernel.so")
+
+class TapSuite:
+    """Test cases run in order, printed as TAP; a case returning "SKIP
+    reason" is reported skipped, one raising fails with its traceback."""
+
+    def __init__(self):
+        self.cases = []
+
+    def case(self, fn):
+        self.cases.append(fn)
+        return fn
+
+    def run(self, skip_all=None):
+        if skip_all:
+            print(f"1..0 # SKIP {skip_all}")
+            return 0
+        print(f"1..{len(self.cases)}", flush=True)
+        failed = 0
+        for i, fn in enumerate(self.cases, 1):
+            name = fn.__name__.replace("_", " ")
+            start = time.monotonic()
+            try:
+                skip = fn()
+                took = f" ({time.monotonic() - start:.0f} s)"
+                print(f"ok {i} - {name}{took}" +
+                      (f" # {skip}" if skip else ""), flush=True)
+            except Exception:
+                failed += 1
+                print(f"not ok {i} - {name}", flush=True)
+                for line in traceback.format_exc().splitlines():
+                    print(f"# {line}", flush=True)
+        return 1 if failed else 0
+
 
 # This machine's nested paravirtual KVM refuses QEMU's write of
 # IA32_ARCH_CAPABILITIES; a real host takes plain -cpu host.

@@ -12,19 +12,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostlib  # noqa: E402
 from hostlib import Vm  # noqa: E402
 
-tests = []
-
-
-def test(fn):
-    tests.append(fn)
-    return fn
+tests = hostlib.TapSuite()
 
 
 def fake_accel(root, extra=""):
@@ -32,7 +26,7 @@ def fake_accel(root, extra=""):
             f"housekeeping-cpus=0{extra}")
 
 
-@test
+@tests.case
 def refusals_name_the_core_and_the_fix():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -102,7 +96,7 @@ def check_isolated(root, vm):
     assert re.search(r"host core 1: nohz off; IRQs moved:.* 24", text), text
 
 
-@test
+@tests.case
 def quit_restores_the_fake_host_exactly():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -119,7 +113,7 @@ def quit_restores_the_fake_host_exactly():
         assert "100" in hostlib.moved_to(root, "/"), "sshd not moved back"
 
 
-@test
+@tests.case
 def sigkill_then_recovery_tool_restores():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -140,7 +134,7 @@ def sigkill_then_recovery_tool_restores():
                                                "host.journal"))
 
 
-@test
+@tests.case
 def sigkill_then_next_vm_takes_over_and_restores():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -166,7 +160,7 @@ def fake_kernel_vm(root, tmp, spec, name):
     return Vm(fake_accel(root), tmp, name=name, env=env), log
 
 
-@test
+@tests.case
 def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
     """With the patched kernel's test double granting everything: the
     kernel is asked to bind vCPU 0 to core 1 from the vCPU's own thread,
@@ -202,7 +196,7 @@ def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
         assert not diff, "not restored: " + "; ".join(diff)
 
 
-@test
+@tests.case
 def fifty_racing_starts_never_two_owners():
     n = 50
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,19 +236,7 @@ def fifty_racing_starts_never_two_owners():
 
 
 def main():
-    print(f"1..{len(tests)}", flush=True)
-    failed = 0
-    for i, fn in enumerate(tests, 1):
-        name = fn.__name__.replace("_", " ")
-        try:
-            fn()
-            print(f"ok {i} - {name}", flush=True)
-        except Exception:
-            failed += 1
-            print(f"not ok {i} - {name}", flush=True)
-            for line in traceback.format_exc().splitlines():
-                print(f"# {line}", flush=True)
-    return 1 if failed else 0
+    return tests.run()
 
 
 if __name__ == "__main__":

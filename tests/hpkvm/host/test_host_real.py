@@ -59,7 +59,6 @@ def check_running(vm, tmp):
     assert not bad, f"QEMU threads off housekeeping: {bad}"
 
     core = iso["cores"][0]
-    left = {int(x.split()[0]) for x in core["irqs-left"]}
     for irq in core["irqs-moved"]:
         with open(f"/proc/irq/{irq}/smp_affinity_list") as f:
             assert f.read().strip() == str(HOUSE), irq

@@ -12,7 +12,6 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,12 +19,7 @@ import hostlib  # noqa: E402
 from hostlib import Vm  # noqa: E402
 
 SOAK = "soak=12"
-tests = []
-
-
-def test(fn):
-    tests.append(fn)
-    return fn
+tests = hostlib.TapSuite()
 
 
 def accel(root, extra=""):
@@ -95,7 +89,7 @@ def assert_passed_on(dst, src):
     assert "PASS" not in src.serial_text(), "the guest finished on the source"
 
 
-@test
+@tests.case
 def live_migration_moves_the_guest_and_then_the_cores():
     with tempfile.TemporaryDirectory() as tmp:
         a, a_before = host(tmp, "a")
@@ -125,7 +119,7 @@ def live_migration_moves_the_guest_and_then_the_cores():
             dst.quit()
 
 
-@test
+@tests.case
 def a_destination_that_cannot_keep_an_on_promise_refuses():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -160,7 +154,7 @@ def a_destination_that_cannot_keep_an_on_promise_refuses():
             dst.quit()
 
 
-@test
+@tests.case
 def an_auto_promise_degrades_with_a_report():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -189,7 +183,7 @@ def an_auto_promise_degrades_with_a_report():
             dst.quit()
 
 
-@test
+@tests.case
 def hpkvm_to_plain_kvm_is_refused_and_plain_kvm_to_hpkvm_works():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -232,7 +226,7 @@ CPR_MEMORY = ("-m", "32", "-object",
 CPR_MACHINE = "pc,aux-ram-share=on,memory-backend=ram0"
 
 
-@test
+@tests.case
 def cpr_transfer_hands_the_cores_and_the_journal_over():
     with tempfile.TemporaryDirectory() as tmp:
         a, a_before = host(tmp, "a")
@@ -285,21 +279,7 @@ def cpr_transfer_hands_the_cores_and_the_journal_over():
 
 
 def main():
-    print(f"1..{len(tests)}", flush=True)
-    failed = 0
-    for i, fn in enumerate(tests, 1):
-        name = fn.__name__.replace("_", " ")
-        start = time.monotonic()
-        try:
-            fn()
-            print(f"ok {i} - {name} ({time.monotonic() - start:.0f} s)",
-                  flush=True)
-        except Exception:
-            failed += 1
-            print(f"not ok {i} - {name}", flush=True)
-            for line in traceback.format_exc().splitlines():
-                print(f"# {line}", flush=True)
-    return 1 if failed else 0
+    return tests.run()
 
 
 if __name__ == "__main__":

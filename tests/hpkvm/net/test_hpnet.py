@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "host"))
@@ -26,12 +25,7 @@ from hostlib import Vm  # noqa: E402
 BRIDGE = os.path.join(hostlib.BUILD, "tests/hpkvm/net/hpkvm-vhost-user-bridge")
 CAPTURE = os.path.join(HERE, "capture.py")
 FRAMES = 8
-tests = []
-
-
-def test(fn):
-    tests.append(fn)
-    return fn
+tests = hostlib.TapSuite()
 
 
 def nic(netdev, extra=""):
@@ -50,7 +44,7 @@ SHARED = ("-m", "64", "-object",
           "memory-backend-memfd,id=mem,size=64M,share=on")
 
 
-@test
+@tests.case
 def forced_backends_that_are_missing_are_refused():
     with tempfile.TemporaryDirectory() as tmp:
         fake = os.path.join(tmp, "fake")
@@ -109,7 +103,7 @@ def candidates(info):
             for c in info["candidates"]]
 
 
-@test
+@tests.case
 def each_need_falls_back_to_userspace_virtio_net_here():
     """No /dev/vhost-net, no vhost-user peer, no VF: every need ends on
     QEMU's own virtio-net, each backend before it passed over with why."""
@@ -151,7 +145,7 @@ def each_need_falls_back_to_userspace_virtio_net_here():
         ns.close()
 
 
-@test
+@tests.case
 def userspace_virtio_net_frames_reach_a_tap_in_a_namespace():
     ns = Netns()
     try:
@@ -190,7 +184,7 @@ def start_bridge(sock, port_l, port_r):
     return bridge
 
 
-@test
+@tests.case
 def vhost_user_to_qemus_vhost_user_bridge_carries_frames():
     if not os.path.exists(BRIDGE):
         raise AssertionError(f"{BRIDGE} not built")
@@ -233,7 +227,7 @@ def vhost_user_to_qemus_vhost_user_bridge_carries_frames():
         assert out.strip() == f"frames {FRAMES}", out
 
 
-@test
+@tests.case
 def vhost_user_to_dpdk_testpmd_carries_frames():
     """DPDK's testpmd (vhost PMD, no hugepages) as a second, real peer."""
     testpmd = shutil.which("dpdk-testpmd")
@@ -278,24 +272,9 @@ def vhost_user_to_dpdk_testpmd_carries_frames():
 
 
 def main():
-    if os.geteuid() != 0 or not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        print("1..0 # SKIP needs root (network namespaces, taps) and "
-              "/dev/kvm")
-        return 0
-    print(f"1..{len(tests)}", flush=True)
-    failed = 0
-    for i, fn in enumerate(tests, 1):
-        name = fn.__name__.replace("_", " ")
-        try:
-            skip = fn()
-            print(f"ok {i} - {name}" + (f" # {skip}" if skip else ""),
-                  flush=True)
-        except Exception:
-            failed += 1
-            print(f"not ok {i} - {name}", flush=True)
-            for line in traceback.format_exc().splitlines():
-                print(f"# {line}", flush=True)
-    return 1 if failed else 0
+    usable = os.geteuid() == 0 and os.access("/dev/kvm", os.R_OK | os.W_OK)
+    return tests.run(None if usable else "needs root (network namespaces, "
+                     "taps) and /dev/kvm")
 
 
 if __name__ == "__main__":
