@@ -24,7 +24,8 @@ RUN_TIMEOUT ?= 120
 RUN_TARGETS := qemu-system-x86_64 \
 	pc-bios/multiboot_dma.bin \
 	tests/hpkvm/guest/hpkvm-guest.elf \
-	accel/hpkvm/qemu-hpkvm-recover
+	accel/hpkvm/qemu-hpkvm-recover \
+	accel/hpkvm/qemu-hpkvm-check
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \

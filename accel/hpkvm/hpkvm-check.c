@@ -1,0 +1,508 @@
+/*
+ * qemu-hpkvm-check: is this host ready for hpkvm, and if not, why
+ *
+ * The checks of the original system's troubleshooting list, each with a
+ * verdict (ok, info, warn, fail) and, where something is missing, the
+ * fix: KVM and the kernel's hpkvm extension, IOMMU and interrupt
+ * remapping, isolated cores and nohz_full, where NIC interrupts run,
+ * hugepages, the CPU frequency governor, vhost-net, vhost-user sockets,
+ * SR-IOV VFs on vfio-pci, NUMA placement, a cpuset controller, and host
+ * changes left by a VM that did not exit.  "fail" is what stops hpkvm
+ * from running at all; the exit status is 1 if there is one.  Host paths
+ * go through --host-root, as QEMU's own probes do, so it is tested on
+ * fake trees.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/cutils.h"
+#include "qemu/error-report.h"
+#include "qapi/error.h"
+#include <sys/ioctl.h>
+#include "linux/kvm.h"
+#include "linux/hpkvm.h"
+#include "hpkvm-host.h"
+#include "hpkvm-lease.h"
+#include "net/hpnet/hpnet-probe.h"
+
+typedef enum Verdict { OK, INFO, WARN, FAIL } Verdict;
+static const char *const verdict_names[] = { "ok", "info", "warn", "fail" };
+
+typedef struct Check {
+    char *id;
+    Verdict verdict;
+    char *message;
+    char *fix;
+} Check;
+
+typedef struct Ctx {
+    HpkvmHost host;
+    const char *state_dir;
+    HpkvmCpuSet cores;          /* --host-cpus, may be empty */
+    bool have_cores;
+    GPtrArray *sockets;         /* --vhost-user-socket */
+    GPtrArray *checks;
+} Ctx;
+
+static void G_GNUC_PRINTF(5, 6)
+add(Ctx *c, const char *id, Verdict v, const char *fix, const char *fmt,
+    ...)
+{
+    Check *k = g_new0(Check, 1);
+    va_list ap;
+
+    k->id = g_strdup(id);
+    k->verdict = v;
+    k->fix = g_strdup(fix);
+    va_start(ap, fmt);
+    k->message = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    g_ptr_array_add(c->checks, k);
+}
+
+static bool opens(Ctx *c, const char *node)
+{
+    g_autofree char *path = hpkvm_host_path(&c->host, node);
+    int fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
+
+    if (fd < 0) {
+        return false;
+    }
+    close(fd);
+    return true;
+}
+
+static char *read_trimmed(Ctx *c, const char *path)
+{
+    char *text = NULL;
+
+    if (hpkvm_host_read(&c->host, path, &text) < 0) {
+        return NULL;
+    }
+    return g_strstrip(text);
+}
+
+static void check_kvm(Ctx *c)
+{
+    g_autofree char *path = hpkvm_host_path(&c->host, "/dev/kvm");
+    struct hpkvm_caps caps = { 0 };
+    int fd, version;
+
+    if (!opens(c, "/dev/kvm")) {
+        add(c, "kvm", FAIL, "load kvm_intel or kvm_amd (enable "
+            "virtualization in the firmware) and give QEMU's user "
+            "read-write access to /dev/kvm", "no usable /dev/kvm");
+        return;
+    }
+    add(c, "kvm", OK, NULL, "/dev/kvm opens");
+    if (!c->host.real) {
+        add(c, "hpkvm-kernel", INFO, NULL, "the kernel's hpkvm extension "
+            "is only probed on the real host (--host-root is not /)");
+        return;
+    }
+    fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
+    version = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_HPKVM);
+    if (version > 0 && ioctl(fd, HPKVM_GET_CAPS, &caps) == 0) {
+        add(c, "hpkvm-kernel", OK, NULL, "hpkvm contract version %d, "
+            "features 0x%" PRIx64, version, (uint64_t)caps.supported);
+    } else {
+        add(c, "hpkvm-kernel", WARN, "run a kernel with the hpkvm "
+            "extension for exit-less timers, IPIs and interrupts",
+            "the kernel has no hpkvm extension: hpkvm falls back to "
+            "upstream KVM feature by feature (see query-hpkvm)");
+    }
+    close(fd);
+}
+
+static void check_iommu(Ctx *c)
+{
+    g_auto(GStrv) units = hpkvm_host_list(&c->host, "/sys/class/iommu");
+    g_autofree char *irqs = read_trimmed(c, "/proc/interrupts");
+
+    if (!units || !units[0]) {
+        add(c, "iommu", WARN, "enable VT-d or AMD-Vi in the firmware and "
+            "boot with intel_iommu=on or amd_iommu=on", "no IOMMU: no "
+            "VFIO, no SR-IOV VF for guests");
+    } else {
+        add(c, "iommu", OK, NULL, "IOMMU %s", units[0]);
+    }
+    if (!irqs || !strstr(irqs, "IR-")) {
+        add(c, "irq-remapping", WARN, "enable interrupt remapping "
+            "(intremap=on; x2APIC in the firmware)", "interrupt "
+            "remapping is not in use (no IR- interrupts): passed-through "
+            "MSIs and direct IRTE programming need it");
+    } else {
+        add(c, "irq-remapping", OK, NULL, "interrupts are remapped");
+    }
+}
+
+static void cpus_file(Ctx *c, const char *name, HpkvmCpuSet *set)
+{
+    g_autofree char *path = g_strdup_printf("/sys/devices/system/cpu/%s",
+                                            name);
+    g_autofree char *text = read_trimmed(c, path);
+
+    if (!text || !hpkvm_cpuset_parse(text, set, path, NULL)) {
+        hpkvm_cpuset_clear(set);        /* "(null)": none */
+    }
+}
+
+static void check_isolation(Ctx *c)
+{
+    HpkvmCpuSet isol, nohz, both, missing;
+    g_autofree char *isol_s = NULL, *nohz_s = NULL, *miss_s = NULL;
+    g_autofree char *fix = NULL;
+
+    cpus_file(c, "isolated", &isol);
+    cpus_file(c, "nohz_full", &nohz);
+    isol_s = hpkvm_cpuset_format(&isol);
+    nohz_s = hpkvm_cpuset_format(&nohz);
+    if (!c->have_cores) {
+        add(c, "isolated-cores", INFO, NULL, "isolcpus: %s; nohz_full: %s",
+            *isol_s ? isol_s : "none", *nohz_s ? nohz_s : "none");
+        return;
+    }
+    bitmap_and(both.bits, isol.bits, nohz.bits, HPKVM_MAX_HOST_CPUS);
+    hpkvm_cpuset_andnot(&missing, &c->cores, &both);
+    if (hpkvm_cpuset_empty(&missing)) {
+        add(c, "isolated-cores", OK, NULL, "the cores are in isolcpus= "
+            "and nohz_full=");
+        return;
+    }
+    miss_s = hpkvm_cpuset_format(&missing);
+    fix = g_strdup_printf("add the cores to the kernel command line: "
+                          "isolcpus=%s nohz_full=%s (without them hpkvm's "
+                          "dynamic isolation moves tasks and IRQs, but the "
+                          "tick and per-CPU threads stay)", miss_s, miss_s);
+    add(c, "isolated-cores", WARN, fix, "cores %s are not all in "
+        "isolcpus= and nohz_full=", miss_s);
+}
+
+static void check_nic_irqs(Ctx *c)
+{
+    g_auto(GStrv) nics = hpkvm_host_list(&c->host, "/sys/class/net");
+    int i, j, bad = 0;
+
+    for (i = 0; nics && nics[i]; i++) {
+        g_autofree char *dir = g_strdup_printf("/sys/class/net/%s/device/"
+                                               "msi_irqs", nics[i]);
+        g_auto(GStrv) irqs = hpkvm_host_list(&c->host, dir);
+
+        for (j = 0; irqs && irqs[j] && c->have_cores; j++) {
+            g_autofree char *path = g_strdup_printf(
+                "/proc/irq/%s/smp_affinity_list", irqs[j]);
+            HpkvmCpuSet aff;
+            g_autofree char *fix = NULL;
+
+            if (!hpkvm_host_read_cpus(&c->host, path, &aff, NULL) ||
+                !hpkvm_cpuset_intersects(&aff, &c->cores)) {
+                continue;
+            }
+            fix = g_strdup_printf("echo HOUSEKEEPING-CORES > %s (or let "
+                                  "dynamic-isolation move it; stop "
+                                  "irqbalance from moving it back)", path);
+            add(c, "nic-irq-affinity", WARN, fix, "IRQ %s of %s may run on "
+                "the VMs' cores", irqs[j], nics[i]);
+            bad++;
+        }
+    }
+    if (!bad) {
+        add(c, "nic-irq-affinity", c->have_cores ? OK : INFO, NULL,
+            c->have_cores ? "no NIC interrupt on the VMs' cores" :
+            "give --host-cpus= to check where NIC interrupts run");
+    }
+}
+
+static void check_hugepages(Ctx *c)
+{
+    const char *dir = "/sys/kernel/mm/hugepages";
+    g_auto(GStrv) sizes = hpkvm_host_list(&c->host, dir);
+    uint64_t total = 0;
+    int i;
+
+    for (i = 0; sizes && sizes[i]; i++) {
+        g_autofree char *path = g_strdup_printf("%s/%s/nr_hugepages", dir,
+                                                sizes[i]);
+        g_autofree char *text = read_trimmed(c, path);
+        uint64_t n = 0;
+
+        if (text && qemu_strtou64(text, NULL, 10, &n) == 0) {
+            total += n;
+        }
+    }
+    if (total) {
+        add(c, "hugepages", OK, NULL, "%" PRIu64 " huge pages reserved",
+            total);
+    } else {
+        add(c, "hugepages", WARN, "reserve them: echo N > /sys/kernel/mm/"
+            "hugepages/hugepages-1048576kB/nr_hugepages (or the 2048kB "
+            "size), and back guests with memory-backend-file,mem-path="
+            "/dev/hugepages,share=on", "no huge pages reserved: guest "
+            "memory and vhost-user peers use 4 KiB pages");
+    }
+}
+
+static void check_governor(Ctx *c)
+{
+    g_auto(GStrv) cpus = hpkvm_host_list(&c->host, "/sys/devices/system/cpu");
+    int i, seen = 0, bad = 0;
+
+    for (i = 0; cpus && cpus[i]; i++) {
+        g_autofree char *path = NULL, *gov = NULL, *fix = NULL;
+        unsigned n;
+
+        if (!g_str_has_prefix(cpus[i], "cpu") ||
+            qemu_strtoui(cpus[i] + 3, NULL, 10, &n) < 0 ||
+            (c->have_cores && !hpkvm_cpuset_has(&c->cores, n))) {
+            continue;
+        }
+        path = g_strdup_printf("/sys/devices/system/cpu/%s/cpufreq/"
+                               "scaling_governor", cpus[i]);
+        gov = read_trimmed(c, path);
+        if (!gov) {
+            continue;
+        }
+        seen++;
+        if (strcmp(gov, "performance")) {
+            fix = g_strdup_printf("echo performance > %s", path);
+            add(c, "cpufreq-governor", WARN, fix, "core %u runs the %s "
+                "governor: its clock and latency vary", n, gov);
+            bad++;
+        }
+    }
+    if (!seen) {
+        add(c, "cpufreq-governor", INFO, NULL, "no cpufreq (a VM, or a "
+            "fixed frequency)");
+    } else if (!bad) {
+        add(c, "cpufreq-governor", OK, NULL, "performance governor");
+    }
+}
+
+static void check_vhost(Ctx *c)
+{
+    int i;
+
+    if (opens(c, "/dev/vhost-net")) {
+        add(c, "vhost-net", OK, NULL, "/dev/vhost-net opens");
+    } else {
+        add(c, "vhost-net", WARN, "modprobe vhost_net, and give QEMU's "
+            "user access to /dev/vhost-net", "no usable /dev/vhost-net: "
+            "hpnet's throughput choice falls back to QEMU's virtio-net");
+    }
+    for (i = 0; i < c->sockets->len; i++) {
+        const char *sock = g_ptr_array_index(c->sockets, i);
+        g_autofree char *path = hpkvm_host_path(&c->host, sock);
+        struct stat st;
+
+        if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+            add(c, "vhost-user", OK, NULL, "%s is a socket", sock);
+        } else {
+            add(c, "vhost-user", FAIL, "start the vhost-user peer (OVS-DPDK, "
+                "testpmd) on that socket first", "%s is not a socket", sock);
+        }
+    }
+}
+
+static void check_sriov(Ctx *c)
+{
+    const char *dir = "/sys/bus/pci/devices";
+    g_auto(GStrv) devs = hpkvm_host_list(&c->host, dir);
+    int i, pfs = 0;
+
+    for (i = 0; devs && devs[i]; i++) {
+        g_autofree char *path = g_strdup_printf("%s/%s/sriov_numvfs", dir,
+                                                devs[i]);
+        g_autofree char *text = read_trimmed(c, path);
+        g_autofree char *why = NULL, *vf = NULL, *fix = NULL;
+
+        if (!text) {
+            continue;
+        }
+        pfs++;
+        vf = hpnet_probe_pf(c->host.root, devs[i], &why);
+        if (vf) {
+            add(c, "sriov", OK, NULL, "%s", why);
+        } else {
+            fix = g_strdup_printf("create VFs (echo N > %s%s), bind them "
+                                  "to vfio-pci (driver_override)", dir,
+                                  strchr(path + strlen(dir), '/'));
+            add(c, "sriov", WARN, fix, "%s", why);
+        }
+    }
+    if (!pfs) {
+        add(c, "sriov", INFO, NULL, "no SR-IOV capable device");
+    }
+}
+
+static void check_numa(Ctx *c)
+{
+    const char *dir = "/sys/devices/system/node";
+    g_auto(GStrv) nodes = hpkvm_host_list(&c->host, dir);
+    int i, spanned = 0;
+
+    if (!c->have_cores) {
+        add(c, "numa", INFO, NULL, "give --host-cpus= to check NUMA "
+            "placement");
+        return;
+    }
+    for (i = 0; nodes && nodes[i]; i++) {
+        g_autofree char *path = g_strdup_printf("%s/%s/cpulist", dir,
+                                                nodes[i]);
+        HpkvmCpuSet node;
+
+        if (g_str_has_prefix(nodes[i], "node") &&
+            hpkvm_host_read_cpus(&c->host, path, &node, NULL) &&
+            hpkvm_cpuset_intersects(&node, &c->cores)) {
+            spanned++;
+        }
+    }
+    if (spanned > 1) {
+        add(c, "numa", WARN, "choose host-cpus= within one NUMA node, the "
+            "one of the guest's memory and NIC", "the cores span %d NUMA "
+            "nodes", spanned);
+    } else {
+        add(c, "numa", OK, NULL, "the cores are in one NUMA node");
+    }
+}
+
+static void check_leftovers(Ctx *c)
+{
+    g_autofree char *journal = g_strconcat(c->state_dir, "/host.journal",
+                                           NULL);
+    g_autofree char *mounts = read_trimmed(c, "/proc/mounts");
+    g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+
+    if (mounts && (strstr(mounts, "cpuset") || strstr(mounts, "cgroup2"))) {
+        add(c, "cgroup-cpuset", OK, NULL, "a cpuset controller is mounted");
+    } else {
+        add(c, "cgroup-cpuset", WARN, "mount the cgroup v2 hierarchy (or "
+            "the v1 cpuset one)", "no cpuset controller: isolation narrows "
+            "each task's affinity, and tasks that set their own are not "
+            "kept off the VMs' cores");
+    }
+    hpkvm_leases_scan(&c->host, c->state_dir, map);
+    if (hpkvm_host_exists(&c->host, journal) &&
+        hpkvm_cpuset_empty(&map->leased)) {
+        add(c, "host-changes", WARN, "run qemu-hpkvm-recover (or start an "
+            "hpkvm VM, which does the same)", "%s holds host changes of "
+            "hpkvm VMs that are gone", journal);
+    } else {
+        g_autofree char *leased = hpkvm_cpuset_format(&map->leased);
+
+        add(c, "host-changes", OK, NULL, "cores leased by running VMs: %s",
+            *leased ? leased : "none");
+    }
+}
+
+static void print_human(Ctx *c)
+{
+    int i;
+
+    for (i = 0; i < c->checks->len; i++) {
+        Check *k = g_ptr_array_index(c->checks, i);
+
+        printf("[%-4s] %s: %s\n", verdict_names[k->verdict], k->id,
+               k->message);
+        if (k->fix) {
+            printf("       fix: %s\n", k->fix);
+        }
+    }
+}
+
+static void print_json(Ctx *c, bool ready)
+{
+    int i;
+
+    printf("{\"ready\": %s, \"checks\": [", ready ? "true" : "false");
+    for (i = 0; i < c->checks->len; i++) {
+        Check *k = g_ptr_array_index(c->checks, i);
+        g_autofree char *msg = g_strescape(k->message, NULL);
+        g_autofree char *fix = k->fix ? g_strescape(k->fix, NULL) : NULL;
+
+        printf("%s\n {\"id\": \"%s\", \"verdict\": \"%s\", \"message\": "
+               "\"%s\"", i ? "," : "", k->id, verdict_names[k->verdict],
+               msg);
+        if (fix) {
+            printf(", \"fix\": \"%s\"", fix);
+        }
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static void usage(const char *name)
+{
+    printf("Usage: %s [--host-cpus=LIST] [--vhost-user-socket=PATH]... "
+           "[--json]\n"
+           "          [--host-root=DIR] [--state-dir=DIR]\n"
+           "Tell whether this host is ready for hpkvm, and what to fix.\n"
+           "Exit status 1 if something stops hpkvm from running.\n", name);
+}
+
+int main(int argc, char **argv)
+{
+    Ctx c = { .state_dir = "/run/hpkvm" };
+    const char *root = "/";
+    bool json = false, ready = true;
+    int i;
+
+    error_init(argv[0]);
+    c.checks = g_ptr_array_new();
+    c.sockets = g_ptr_array_new();
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (g_str_has_prefix(a, "--host-root=")) {
+            root = a + strlen("--host-root=");
+        } else if (g_str_has_prefix(a, "--state-dir=")) {
+            c.state_dir = a + strlen("--state-dir=");
+        } else if (g_str_has_prefix(a, "--host-cpus=")) {
+            Error *err = NULL;
+
+            if (!hpkvm_cpuset_parse(a + strlen("--host-cpus="), &c.cores,
+                                    "--host-cpus", &err)) {
+                error_report_err(err);
+                return 2;
+            }
+            c.have_cores = !hpkvm_cpuset_empty(&c.cores);
+        } else if (g_str_has_prefix(a, "--vhost-user-socket=")) {
+            g_ptr_array_add(c.sockets,
+                            (gpointer)(a + strlen("--vhost-user-socket=")));
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(argv[0]);
+            return 0;
+        } else {
+            error_report("unknown option '%s' (see --help)", a);
+            return 2;
+        }
+    }
+    hpkvm_host_init(&c.host, root);
+
+    check_kvm(&c);
+    check_iommu(&c);
+    check_isolation(&c);
+    check_nic_irqs(&c);
+    check_hugepages(&c);
+    check_governor(&c);
+    check_vhost(&c);
+    check_sriov(&c);
+    check_numa(&c);
+    check_leftovers(&c);
+
+    for (i = 0; i < c.checks->len; i++) {
+        ready &= ((Check *)g_ptr_array_index(c.checks, i))->verdict != FAIL;
+    }
+    if (json) {
+        print_json(&c, ready);
+    } else {
+        print_human(&c);
+        printf("%s\n", ready ? "ready for hpkvm" :
+               "NOT ready for hpkvm: fix the [fail] items");
+    }
+    return ready ? 0 : 1;
+}

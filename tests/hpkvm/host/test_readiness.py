@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""qemu-hpkvm-check on fake host trees: a host ready for hpkvm passes,
+and each problem of the troubleshooting list is found with its fix.
+Prints TAP."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hostlib  # noqa: E402
+
+CHECK = os.path.join(hostlib.BUILD, "accel/hpkvm/qemu-hpkvm-check")
+tests = hostlib.TapSuite()
+
+
+def link(root, path, target):
+    full = os.path.join(root, path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    os.symlink(target, full)
+
+
+def ready_host(root):
+    """Everything hpkvm wants, for cores 2-3."""
+    w = hostlib.write
+    for node in ("/dev/kvm", "/dev/vhost-net", "/dev/net/tun",
+                 "/dev/vfio/7"):
+        w(root, node, "")
+    os.makedirs(os.path.join(root, "sys/class/iommu/dmar0"))
+    w(root, "/proc/interrupts", " 40: 0 0 IR-PCI-MSI 524288-edge eth1\n")
+    w(root, "/proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
+    cpu = "/sys/devices/system/cpu"
+    w(root, f"{cpu}/isolated", "2-3\n")
+    w(root, f"{cpu}/nohz_full", "2-3\n")
+    for n in range(4):
+        w(root, f"{cpu}/cpu{n}/cpufreq/scaling_governor", "performance\n")
+    w(root, "/sys/devices/system/node/node0/cpulist", "0-3\n")
+    w(root, "/sys/devices/system/node/node1/cpulist", "4-7\n")
+    w(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+      "512\n")
+    os.makedirs(os.path.join(root, "sys/class/net/eth1/device/msi_irqs/40"))
+    w(root, "/proc/irq/40/smp_affinity_list", "0-1\n")
+    dev = "/sys/bus/pci/devices/"
+    w(root, dev + "0000:01:00.0/sriov_numvfs", "1\n")
+    link(root, dev + "0000:01:00.0/virtfn0", "../0000:01:10.0")
+    link(root, dev + "0000:01:10.0/physfn", "../0000:01:00.0")
+    link(root, dev + "0000:01:10.0/driver", "../../drivers/vfio-pci")
+    link(root, dev + "0000:01:10.0/iommu_group",
+         "../../../kernel/iommu_groups/7")
+    os.makedirs(os.path.join(root, "sys/kernel/iommu_groups/7/devices/"
+                             "0000:01:10.0"))
+    os.makedirs(os.path.join(root, "run"))
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(os.path.join(root, "run/vs0"))
+    return sock
+
+
+def check(root, *args):
+    res = subprocess.run([CHECK, f"--host-root={root}", "--json", *args],
+                         capture_output=True, text=True, timeout=30)
+    out = json.loads(res.stdout)
+    by_id = {}
+    for c in out["checks"]:
+        by_id.setdefault(c["id"], []).append(c)
+    return res.returncode, out["ready"], by_id
+
+
+@tests.case
+def a_ready_host_passes():
+    with tempfile.TemporaryDirectory() as root:
+        sock = ready_host(root)
+        rc, ready, by = check(root, "--host-cpus=2-3",
+                              "--vhost-user-socket=/run/vs0")
+        sock.close()
+        bad = {i: c for i, cs in by.items() for c in cs
+               if c["verdict"] not in ("ok", "info")}
+        assert rc == 0 and ready and not bad, (rc, bad)
+        assert by["sriov"][0]["message"].startswith(
+            "PF 0000:01:00.0: VF 0000:01:10.0 on vfio-pci"), by["sriov"]
+        # The kernel's extension needs ioctls: only on the real host.
+        assert by["hpkvm-kernel"][0]["verdict"] == "info"
+
+
+def expect(by, cid, verdict, fix_part):
+    for c in by.get(cid, []):
+        if c["verdict"] == verdict and fix_part in c.get("fix", ""):
+            return
+    raise AssertionError(f"{cid}: want {verdict} with '{fix_part}': "
+                         f"{by.get(cid)}")
+
+
+@tests.case
+def each_problem_is_found_with_its_fix():
+    with tempfile.TemporaryDirectory() as root:
+        sock = ready_host(root)
+        sock.close()
+        r = lambda p: os.path.join(root, p.lstrip("/"))  # noqa: E731
+        os.unlink(r("/dev/kvm"))
+        os.unlink(r("/dev/vhost-net"))
+        os.unlink(r("/run/vs0"))                # the peer is gone
+        os.rmdir(r("/sys/class/iommu/dmar0"))
+        hostlib.write(root, "/proc/interrupts", " 40: 0 0 PCI-MSI eth1\n")
+        hostlib.write(root, "/sys/devices/system/cpu/nohz_full", "(null)\n")
+        hostlib.write(root, "/proc/irq/40/smp_affinity_list", "0-3\n")
+        hostlib.write(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+                      "nr_hugepages", "0\n")
+        hostlib.write(root, "/sys/devices/system/cpu/cpu3/cpufreq/"
+                      "scaling_governor", "powersave\n")
+        os.unlink(r("/sys/bus/pci/devices/0000:01:10.0/driver"))
+        link(root, "/sys/bus/pci/devices/0000:01:10.0/driver",
+             "../../drivers/igbvf")
+        hostlib.write(root, "/proc/mounts", "proc /proc proc rw 0 0\n")
+        hostlib.write(root, "/run/hpkvm/host.journal", "W\t/x\t1\n")
+        rc, ready, by = check(root, "--host-cpus=3-4",
+                              "--vhost-user-socket=/run/vs0")
+        assert rc == 1 and not ready, rc
+        expect(by, "kvm", "fail", "load kvm_intel or kvm_amd")
+        expect(by, "vhost-user", "fail", "start the vhost-user peer")
+        expect(by, "iommu", "warn", "intel_iommu=on")
+        expect(by, "irq-remapping", "warn", "intremap=on")
+        expect(by, "isolated-cores", "warn", "isolcpus=3-4 nohz_full=3-4")
+        expect(by, "nic-irq-affinity", "warn",
+               "/proc/irq/40/smp_affinity_list")
+        expect(by, "hugepages", "warn", "nr_hugepages")
+        expect(by, "cpufreq-governor", "warn",
+               "echo performance > /sys/devices/system/cpu/cpu3/cpufreq")
+        expect(by, "vhost-net", "warn", "modprobe vhost_net")
+        expect(by, "sriov", "warn", "bind them to vfio-pci")
+        assert "bound to igbvf, not vfio-pci" in by["sriov"][0]["message"]
+        expect(by, "numa", "warn", "within one NUMA node")
+        expect(by, "cgroup-cpuset", "warn", "cgroup v2")
+        expect(by, "host-changes", "warn", "qemu-hpkvm-recover")
+
+        human = subprocess.run([CHECK, f"--host-root={root}"],
+                               capture_output=True, text=True, timeout=30)
+        assert human.returncode == 1
+        assert "[fail] kvm: no usable /dev/kvm" in human.stdout
+        assert "NOT ready for hpkvm" in human.stdout, human.stdout
+
+
+@tests.case
+def bad_options_are_refused():
+    res = subprocess.run([CHECK, "--host-cpus=5-2"], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2 and "backwards" in res.stderr, res.stderr
+    res = subprocess.run([CHECK, "--frobnicate"], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2 and "--frobnicate" in res.stderr, res.stderr
+
+
+def main():
+    return tests.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
