@@ -53,10 +53,12 @@ struct HPKVMState {
     HpkvmCpuSet housekeeping;
     unsigned *vcpu_core;        /* by cpu_index: the i-th of host-cpus */
     int *vcpu_tid;              /* by cpu_index; 0 until bound */
+    bool *vcpu_deferred;        /* its cpuset excluded its core at first */
     unsigned nr_cores;
     HpkvmLeases *leases;        /* NULL without host-cpus= */
     HpkvmIsolation *isolation;
     bool isolated;              /* this VM's leases are in the host state */
+    bool first_run_checked;     /* pinning by others checked at first run */
     Notifier exit_notifier;
 
     /* Migration (hpkvm-migration.c) */

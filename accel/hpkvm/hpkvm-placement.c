@@ -24,6 +24,7 @@
 #include "qapi/clone-visitor.h"
 #include "hw/core/cpu.h"
 #include "system/system.h"
+#include "system/runstate.h"
 #include "migration/cpr.h"
 #include "hpkvm-internal.h"
 #include "hpkvm-isolate.h"
@@ -94,6 +95,113 @@ static void pin_own_threads(HPKVMState *s)
                         "housekeeping cores: %s", name, strerror(-ret));
         }
     }
+}
+
+static bool thread_cpus(pid_t tid, HpkvmCpuSet *cpus)
+{
+    cpu_set_t set;
+    unsigned cpu;
+
+    if (sched_getaffinity(tid, sizeof(set), &set) < 0) {
+        return false;
+    }
+    hpkvm_cpuset_clear(cpus);
+    for (cpu = 0; cpu < CPU_SETSIZE && cpu < HPKVM_MAX_HOST_CPUS; cpu++) {
+        if (CPU_ISSET(cpu, &set)) {
+            set_bit(cpu, cpus->bits);
+        }
+    }
+    return true;
+}
+
+static bool is_vcpu_thread(HPKVMState *s, pid_t tid)
+{
+    CPUState *cpu;
+
+    CPU_FOREACH(cpu) {
+        if (s->vcpu_tid[cpu->cpu_index] == tid) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * QEMU's threads but the vCPUs' (and the kernel's workers for this VM,
+ * which show among them) to the housekeeping cores; one that cannot go
+ * there and may run on a leased core contradicts host-cpus=.
+ */
+static void check_other_threads(HPKVMState *s)
+{
+    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        pid_t tid = atoi(name);
+        HpkvmCpuSet cpus;
+        g_autofree char *list = NULL, *leased = NULL;
+
+        if (is_vcpu_thread(s, tid) ||
+            pin_thread(tid, &s->housekeeping) == 0 ||
+            !thread_cpus(tid, &cpus) ||
+            !hpkvm_cpuset_intersects(&cpus, &s->leases->held)) {
+            continue;
+        }
+        list = hpkvm_cpuset_format(&cpus);
+        leased = hpkvm_cpuset_format(&s->leases->held);
+        error_report("hpkvm: QEMU thread %d is confined to host cores %s "
+                     "(by libvirt's <emulatorpin>?), which include cores "
+                     "leased for vCPUs (%s) and none of housekeeping-cpus=: "
+                     "pin QEMU's other threads within housekeeping-cpus=",
+                     tid, list, leased);
+        exit(1);
+    }
+}
+
+/*
+ * When the guest first runs: a manager (libvirt's <vcpupin> and
+ * <emulatorpin>, its cpuset cgroups) may have pinned QEMU's threads since
+ * they were created.  Pinning that agrees is accepted: a vCPU thread
+ * allowed on its own core (narrowed back to that core alone), QEMU's
+ * other threads off the cores this VM leased.  Pinning that contradicts
+ * host-cpus= stops QEMU, saying what to change.
+ */
+static void placement_first_run(void *opaque, bool running, RunState state)
+{
+    HPKVMState *s = opaque;
+    HpkvmCpuSet cpus, one;
+    CPUState *cpu;
+
+    if (!running || s->first_run_checked) {
+        return;
+    }
+    s->first_run_checked = true;
+    CPU_FOREACH(cpu) {
+        unsigned core = s->vcpu_core[cpu->cpu_index];
+        pid_t tid = s->vcpu_tid[cpu->cpu_index];
+        g_autofree char *list = NULL;
+
+        if (!tid || !thread_cpus(tid, &cpus) ||
+            hpkvm_cpuset_has(&cpus, core)) {
+            hpkvm_cpuset_clear(&one);
+            set_bit(core, one.bits);
+            if (s->vcpu_deferred[cpu->cpu_index]) {
+                /* Now allowed on its core: bind it as at creation. */
+                s->vcpu_deferred[cpu->cpu_index] = false;
+                hpkvm_placement_bind_vcpu(s, cpu);
+            } else if (tid && !hpkvm_cpuset_equal(&cpus, &one)) {
+                pin_thread(tid, &one);
+            }
+            continue;
+        }
+        list = hpkvm_cpuset_format(&cpus);
+        error_report("hpkvm: vCPU %d was pinned to host cores %s since it "
+                     "started (by libvirt's <vcpupin>?), but host-cpus= "
+                     "gives it core %u: make the two agree", cpu->cpu_index,
+                     list, core);
+        exit(1);
+    }
+    check_other_threads(s);
 }
 
 /* Under the host lock: bring the host in line with the leases. */
@@ -218,6 +326,7 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
     }
     s->vcpu_core = g_new0(unsigned, max_cpus);
     s->vcpu_tid = g_new0(int, max_cpus);
+    s->vcpu_deferred = g_new0(bool, max_cpus);
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         if (i < max_cpus) {
             s->vcpu_core[i++] = cpu;
@@ -366,6 +475,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
     if (ok) {
         s->exit_notifier.notify = placement_exit;
         qemu_add_exit_notifier(&s->exit_notifier);
+        qemu_add_vm_change_state_handler(placement_first_run, s);
     } else if (s->isolated) {
         /* Isolation failed half way: put back what was changed. */
         hpkvm_leases_release(s->leases);
@@ -384,6 +494,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
 typedef struct BindWork {
     HPKVMState *s;
     int ret;
+    bool deferred;
 } BindWork;
 
 /* On the vCPU's own thread, which has not entered the guest yet. */
@@ -398,7 +509,16 @@ static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
     hpkvm_cpuset_clear(&one);
     set_bit(core, one.bits);
     w->ret = pin_thread(0, &one);
-    if (!w->ret && s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
+    if (w->ret == -EINVAL && !s->first_run_checked) {
+        /*
+         * The thread's cpuset excludes its core: a manager (libvirt) put
+         * QEMU in a cgroup of its own and moves each vCPU thread to its
+         * vcpupin cgroup once QEMU reported it.  Bind at the first run.
+         */
+        w->deferred = true;
+        w->ret = 0;
+    } else if (!w->ret &&
+               s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
         kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
         w->ret = kernel_ret;
     }
@@ -415,6 +535,7 @@ void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu)
         return;
     }
     run_on_cpu(cpu, bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
+    s->vcpu_deferred[cpu->cpu_index] = w.deferred;
     if (w.ret < 0) {
         /* Neither a vCPU off its core nor one the kernel has not bound. */
         error_report("hpkvm: cannot bind vCPU %d to host core %u: %s",
@@ -462,6 +583,7 @@ void hpkvm_placement_finalize(HPKVMState *s)
     g_free(s->state_dir);
     g_free(s->vcpu_core);
     g_free(s->vcpu_tid);
+    g_free(s->vcpu_deferred);
     g_free(s->leases);
     qapi_free_HpkvmIsolation(s->isolation);
     hpkvm_host_cleanup(&s->host);

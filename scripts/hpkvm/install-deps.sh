@@ -39,8 +39,10 @@ base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
  iproute2 dpdk-dev"
-# Packages that need a newer version than bookworm has.
-bpo_pkgs="meson python3-pycotap"
+# Packages that need a newer version than bookworm has; libvirt 11 for
+# the test that drives hpkvm through a real libvirt daemon.
+bpo_pkgs="meson python3-pycotap libvirt-daemon libvirt-daemon-driver-qemu
+ libvirt-daemon-log libvirt-clients"
 
 missing_pkgs() {
     local p
@@ -79,7 +81,8 @@ need_sources=no
 [ -f "$sources" ] || need_sources=yes
 # shellcheck disable=SC2086
 need_base=$(missing_pkgs $base_pkgs)
-need_bpo=$(missing_pkgs python3-pycotap)
+need_bpo=$(missing_pkgs python3-pycotap libvirt-daemon \
+    libvirt-daemon-driver-qemu libvirt-daemon-log libvirt-clients)
 meson_ok || need_bpo="$need_bpo meson"
 need_bpo=$(echo $need_bpo)
 
