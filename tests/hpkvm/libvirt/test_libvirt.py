@@ -157,7 +157,7 @@ def a_domain_pinned_as_host_cpus_starts_under_hpkvm():
         virsh("start", "hpkvm-agree")
         info = qmp("hpkvm-agree", "query-hpkvm")
         kvm = qmp("hpkvm-agree", "query-kvm")
-        pid = int(open(f"/run/libvirt/qemu/hpkvm-agree.pid").read())
+        pid = int(hostlib.read_text("/run/libvirt/qemu/hpkvm-agree.pid"))
         threads = hostlib.thread_affinity(pid)
     finally:
         virsh("destroy", "hpkvm-agree", check=False)
