@@ -37,18 +37,10 @@ static const char *const feature_descriptions[HPKVM_FEATURE__MAX] = {
         "host tick off while a vCPU runs (on|off|auto)",
 };
 
-static void hpkvm_get_dynamic_isolation(Object *obj, Visitor *v,
-                                        const char *name, void *opaque,
-                                        Error **errp)
-{
-    HPKVMState *s = HPKVM_ACCEL(obj);
-
-    visit_type_OnOffAuto(v, name, &s->dynamic_isolation, errp);
-}
-
-static void hpkvm_set_dynamic_isolation(Object *obj, Visitor *v,
-                                        const char *name, void *opaque,
-                                        Error **errp)
+/* Both getter and setter: the visitor's direction decides. */
+static void hpkvm_visit_dynamic_isolation(Object *obj, Visitor *v,
+                                          const char *name, void *opaque,
+                                          Error **errp)
 {
     HPKVMState *s = HPKVM_ACCEL(obj);
 
@@ -222,8 +214,8 @@ static void hpkvm_accel_class_init(ObjectClass *oc, void *data)
     }
 
     object_class_property_add(oc, "dynamic-isolation", "OnOffAuto",
-                              hpkvm_get_dynamic_isolation,
-                              hpkvm_set_dynamic_isolation, NULL, NULL);
+                              hpkvm_visit_dynamic_isolation,
+                              hpkvm_visit_dynamic_isolation, NULL, NULL);
     object_class_property_set_description(oc, "dynamic-isolation",
         "move host IRQs and host tasks off host-cpus= while the VM runs "
         "(on|off|auto)");

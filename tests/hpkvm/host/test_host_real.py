@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,31 +104,29 @@ def run_case(kill):
         return iso
 
 
+def report(iso):
+    core = iso["cores"][0]
+    print(f"# {iso['method']}: {iso['tasks-moved']} tasks moved; "
+          f"core {CORE}: IRQs moved {sorted(core['irqs-moved'])}, "
+          f"left {core['irqs-left']}, "
+          f"{len(core['kthreads-left'])} per-CPU kthreads left", flush=True)
+
+
+tests = hostlib.TapSuite()
+
+
+@tests.case
+def quit_restores_this_host():
+    report(run_case(kill=False))
+
+
+@tests.case
+def sigkill_then_qemu_hpkvm_recover_restores_this_host():
+    report(run_case(kill=True))
+
+
 def main():
-    why = unusable()
-    if why:
-        print(f"1..0 # SKIP {why}")
-        return 0
-    print("1..2", flush=True)
-    failed = 0
-    for i, (name, kill) in enumerate((("quit restores this host", False),
-                                      ("SIGKILL, then qemu-hpkvm-recover "
-                                       "restores this host", True)), 1):
-        try:
-            iso = run_case(kill)
-            core = iso["cores"][0]
-            print(f"ok {i} - {name}", flush=True)
-            print(f"# {iso['method']}: {iso['tasks-moved']} tasks moved; "
-                  f"core {CORE}: IRQs moved {sorted(core['irqs-moved'])}, "
-                  f"left {core['irqs-left']}, "
-                  f"{len(core['kthreads-left'])} per-CPU kthreads left",
-                  flush=True)
-        except Exception:
-            failed += 1
-            print(f"not ok {i} - {name}", flush=True)
-            for line in traceback.format_exc().splitlines():
-                print(f"# {line}", flush=True)
-    return 1 if failed else 0
+    return tests.run(unusable())
 
 
 if __name__ == "__main__":
