@@ -59,6 +59,7 @@ struct HPKVMState {
     HpkvmIsolation *isolation;
     bool isolated;              /* this VM's leases are in the host state */
     bool first_run_checked;     /* pinning by others checked at first run */
+    QEMUTimer *settle_timer;    /* KVM's own workers to housekeeping */
     Notifier exit_notifier;
 
     /* Migration (hpkvm-migration.c) */

@@ -25,6 +25,7 @@
 #include "hw/core/cpu.h"
 #include "system/system.h"
 #include "system/runstate.h"
+#include "qemu/timer.h"
 #include "migration/cpr.h"
 #include "hpkvm-internal.h"
 #include "hpkvm-isolate.h"
@@ -159,6 +160,31 @@ static void check_other_threads(HPKVMState *s)
 }
 
 /*
+ * KVM starts a worker of its own for the VM (kvm-nx-lpage-recovery) from
+ * the first vCPU's first KVM_RUN, so it inherits that vCPU's core.  A
+ * second after the guest first ran, move every thread of QEMU's that is
+ * not a vCPU thread to the housekeeping cores, that worker included.
+ */
+#define SETTLE_MS 1000
+
+static void placement_settle(void *opaque)
+{
+    HPKVMState *s = opaque;
+    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        pid_t tid = atoi(name);
+
+        if (!is_vcpu_thread(s, tid)) {
+            pin_thread(tid, &s->housekeeping);
+        }
+    }
+    timer_free(s->settle_timer);
+    s->settle_timer = NULL;
+}
+
+/*
  * When the guest first runs: a manager (libvirt's <vcpupin> and
  * <emulatorpin>, its cpuset cgroups) may have pinned QEMU's threads since
  * they were created.  Pinning that agrees is accepted: a vCPU thread
@@ -202,6 +228,9 @@ static void placement_first_run(void *opaque, bool running, RunState state)
         exit(1);
     }
     check_other_threads(s);
+    s->settle_timer = timer_new_ms(QEMU_CLOCK_REALTIME, placement_settle, s);
+    timer_mod(s->settle_timer,
+              qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + SETTLE_MS);
 }
 
 /* Under the host lock: bring the host in line with the leases. */
@@ -584,6 +613,9 @@ void hpkvm_placement_finalize(HPKVMState *s)
     g_free(s->vcpu_core);
     g_free(s->vcpu_tid);
     g_free(s->vcpu_deferred);
+    if (s->settle_timer) {
+        timer_free(s->settle_timer);
+    }
     g_free(s->leases);
     qapi_free_HpkvmIsolation(s->isolation);
     hpkvm_host_cleanup(&s->host);

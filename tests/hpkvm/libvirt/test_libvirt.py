@@ -167,7 +167,10 @@ def a_domain_pinned_as_host_cpus_starts_under_hpkvm():
     (place,) = info["placement"]
     assert threads[place["thread-id"]][1] == "1", threads
     # KVM's own worker (kvm-nx-lpage-recovery) is started by the vCPU
-    # thread at its first KVM_RUN and inherits its core: not QEMU's.
+    # thread at its first KVM_RUN, inside libvirt's cpuset cgroup of that
+    # vCPU, which confines it to the vCPU's core: hpkvm moves it to the
+    # housekeeping cores a second after the start only outside such a
+    # cgroup.
     others = {t: a for t, (c, a) in threads.items()
               if t != place["thread-id"] and not c.startswith("kvm-")}
     assert all(a == "0" for a in others.values()), threads
