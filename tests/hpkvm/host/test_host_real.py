@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,6 +79,15 @@ def check_running(vm, tmp):
         plain.quit()
     assert all(a == str(HOUSE) for _, a in plain_threads.values()), \
         plain_threads
+
+    # Running, KVM starts a worker of its own from the vCPU thread; hpkvm
+    # moves it (and any late thread) to housekeeping a second later.
+    vm.qmp("cont")
+    time.sleep(2.5)
+    threads = hostlib.thread_affinity(vm.proc.pid)
+    late = {t: a for t, a in threads.items()
+            if t != place["thread-id"] and a[1] != str(HOUSE)}
+    assert not late, f"threads off housekeeping after the start: {late}"
     return iso
 
 
