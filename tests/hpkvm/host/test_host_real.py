@@ -96,19 +96,25 @@ def run_case(kill):
         state = os.path.join(tmp, "state")
         before = hostlib.real_snapshot()
         vm = Vm(accel(state), tmp).connect()
+        rec = None
         try:
             iso = check_running(vm, tmp)
-        finally:
             if kill:
                 vm.kill()
+                during = hostlib.real_diff(before, hostlib.real_snapshot())
+                assert during, "SIGKILL undid the changes: nothing to recover"
             else:
                 assert vm.quit() == 0, vm.stderr
-        if kill:
-            during = hostlib.real_diff(before, hostlib.real_snapshot())
-            assert during, "SIGKILL undid the changes: nothing to recover"
+        finally:
+            # Whatever failed, leave this host as it was: the journal is in
+            # the temporary state-dir, gone after this block.
+            if vm.proc.poll() is None:
+                vm.kill()
             rec = subprocess.run([hostlib.RECOVER, f"--state-dir={state}"],
                                  capture_output=True, text=True, timeout=60)
-            assert rec.returncode == 0, rec.stdout + rec.stderr
+        assert rec.returncode == 0, rec.stdout + rec.stderr
+        if kill:
+            assert "host restored: journal replayed" in rec.stdout, rec.stdout
         diff = hostlib.real_diff(before, hostlib.real_snapshot())
         assert not diff, "not restored:\n" + "\n".join(diff)
         return iso

@@ -69,6 +69,11 @@ def private_libvirt(state):
         time.sleep(0.2)
 
 
+def recover():
+    """A domain that died without QEMU's exit leaves its host changes."""
+    sh(hostlib.RECOVER, f"--state-dir={STATE}/hpkvm", check=False)
+
+
 def stop_libvirt(state, cgroups_before):
     for name in ("libvirtd", "virtlogd"):
         pidfile = os.path.join(state, f"{name}.pid")
@@ -224,6 +229,7 @@ def inner(state):
     try:
         return tests.run()
     finally:
+        recover()
         stop_libvirt(state, before)
 
 
