@@ -16,7 +16,7 @@
 #define PF_KTHREAD              0x00200000
 #define PF_NO_SETAFFINITY       0x04000000
 
-static int real_set_affinity(pid_t tid, const HpkvmCpuSet *cpus)
+int hpkvm_set_affinity(pid_t tid, const HpkvmCpuSet *cpus)
 {
     cpu_set_t set;
     unsigned cpu;
@@ -28,13 +28,30 @@ static int real_set_affinity(pid_t tid, const HpkvmCpuSet *cpus)
     return sched_setaffinity(tid, sizeof(set), &set) < 0 ? -errno : 0;
 }
 
+bool hpkvm_get_affinity(pid_t tid, HpkvmCpuSet *cpus)
+{
+    cpu_set_t set;
+    unsigned cpu;
+
+    if (sched_getaffinity(tid, sizeof(set), &set) < 0) {
+        return false;
+    }
+    hpkvm_cpuset_clear(cpus);
+    for (cpu = 0; cpu < CPU_SETSIZE && cpu < HPKVM_MAX_HOST_CPUS; cpu++) {
+        if (CPU_ISSET(cpu, &set)) {
+            set_bit(cpu, cpus->bits);
+        }
+    }
+    return true;
+}
+
 void hpkvm_host_init(HpkvmHost *h, const char *root)
 {
     g_autofree char *canon = g_canonicalize_filename(root ?: "/", "/");
 
     h->real = !strcmp(canon, "/");
     h->root = h->real ? g_strdup("") : g_steal_pointer(&canon);
-    h->set_affinity = h->real ? real_set_affinity : NULL;
+    h->set_affinity = h->real ? hpkvm_set_affinity : NULL;
 }
 
 void hpkvm_host_cleanup(HpkvmHost *h)

@@ -36,6 +36,10 @@ typedef struct HpkvmTask {
     char comm[32];
 } HpkvmTask;
 
+/* A task's CPU affinity on this host (syscalls, whatever the root). */
+int hpkvm_set_affinity(pid_t tid, const HpkvmCpuSet *cpus);
+bool hpkvm_get_affinity(pid_t tid, HpkvmCpuSet *cpus);
+
 void hpkvm_host_init(HpkvmHost *h, const char *root);
 void hpkvm_host_cleanup(HpkvmHost *h);
 

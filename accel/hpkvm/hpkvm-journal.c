@@ -216,7 +216,7 @@ static int undo(const HpkvmHost *h, const JournalEntry *e)
 {
     HpkvmTask task;
     HpkvmCpuSet cpus;
-    g_autofree char *pid = NULL;
+    g_autofree char *text = NULL;
 
     g_autofree char *now = NULL;
 
@@ -231,14 +231,14 @@ static int undo(const HpkvmHost *h, const JournalEntry *e)
     case HPKVM_UNDO_MKDIR:
         return undo_mkdir(h, e->key, e->old);
     case HPKVM_UNDO_CONTROLLER:
-        pid = g_strdup_printf("-%s", e->old);
-        return hpkvm_host_write(h, e->key, pid);
+        text = g_strdup_printf("-%s", e->old);
+        return hpkvm_host_write(h, e->key, text);
     case HPKVM_UNDO_MOVE:
         if (!same_task(h, e->key, &task)) {
             return 0;
         }
-        pid = g_strdup_printf("%d", task.pid);
-        return hpkvm_host_append(h, e->old, pid);
+        text = g_strdup_printf("%d", task.pid);
+        return hpkvm_host_append(h, e->old, text);
     case HPKVM_UNDO_AFFINITY:
         if (!same_task(h, e->key, &task)) {
             return 0;

@@ -65,54 +65,10 @@ static bool check_cores(HPKVMState *s, const char *opt,
 static int pin_thread(pid_t tid, const HpkvmCpuSet *cpus)
 {
     g_autofree char *list = hpkvm_cpuset_format(cpus);
-    cpu_set_t set;
-    unsigned cpu;
-    int ret;
+    int ret = hpkvm_set_affinity(tid, cpus);
 
-    CPU_ZERO(&set);
-    HPKVM_CPUSET_FOREACH(cpu, cpus) {
-        CPU_SET(cpu, &set);
-    }
-    ret = sched_setaffinity(tid, sizeof(set), &set) < 0 ? -errno : 0;
     trace_hpkvm_pin_thread(tid, list, ret);
     return ret;
-}
-
-/*
- * QEMU's threads so far (main loop, RCU, helpers) to the housekeeping
- * cores; threads created later inherit it from their creator, and the
- * vCPU threads then move to their own cores.
- */
-static void pin_own_threads(HPKVMState *s)
-{
-    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
-    const char *name;
-
-    while (dir && (name = g_dir_read_name(dir))) {
-        int ret = pin_thread(atoi(name), &s->housekeeping);
-
-        if (ret < 0) {
-            warn_report("hpkvm: cannot move QEMU thread %s to the "
-                        "housekeeping cores: %s", name, strerror(-ret));
-        }
-    }
-}
-
-static bool thread_cpus(pid_t tid, HpkvmCpuSet *cpus)
-{
-    cpu_set_t set;
-    unsigned cpu;
-
-    if (sched_getaffinity(tid, sizeof(set), &set) < 0) {
-        return false;
-    }
-    hpkvm_cpuset_clear(cpus);
-    for (cpu = 0; cpu < CPU_SETSIZE && cpu < HPKVM_MAX_HOST_CPUS; cpu++) {
-        if (CPU_ISSET(cpu, &set)) {
-            set_bit(cpu, cpus->bits);
-        }
-    }
-    return true;
 }
 
 static bool is_vcpu_thread(HPKVMState *s, pid_t tid)
@@ -127,24 +83,44 @@ static bool is_vcpu_thread(HPKVMState *s, pid_t tid)
     return false;
 }
 
+typedef enum PinMoment {
+    AT_START,           /* a failure is worth a warning */
+    AT_FIRST_RUN,       /* a manager confining one to leased cores: stop */
+    SETTLED,            /* KVM's workers started since: best effort */
+} PinMoment;
+
 /*
- * QEMU's threads but the vCPUs' (and the kernel's workers for this VM,
- * which show among them) to the housekeeping cores; one that cannot go
- * there and may run on a leased core contradicts host-cpus=.
+ * QEMU's threads but the vCPUs' to the housekeeping cores.  At the start
+ * (main loop, RCU, helpers) threads created later inherit it from their
+ * creator; at the first run a manager may have confined one to leased
+ * cores only, which contradicts host-cpus=; a second later the workers
+ * KVM started for the VM from the first vCPU's first KVM_RUN
+ * (kvm-nx-lpage-recovery), which inherited that vCPU's core, follow.
  */
-static void check_other_threads(HPKVMState *s)
+static void pin_other_threads(HPKVMState *s, PinMoment when)
 {
     g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
     const char *name;
 
     while (dir && (name = g_dir_read_name(dir))) {
         pid_t tid = atoi(name);
-        HpkvmCpuSet cpus;
         g_autofree char *list = NULL, *leased = NULL;
+        HpkvmCpuSet cpus;
+        int ret;
 
-        if (is_vcpu_thread(s, tid) ||
-            pin_thread(tid, &s->housekeeping) == 0 ||
-            !thread_cpus(tid, &cpus) ||
+        if (is_vcpu_thread(s, tid)) {
+            continue;
+        }
+        ret = pin_thread(tid, &s->housekeeping);
+        if (!ret || when == SETTLED) {
+            continue;
+        }
+        if (when == AT_START) {
+            warn_report("hpkvm: cannot move QEMU thread %s to the "
+                        "housekeeping cores: %s", name, strerror(-ret));
+            continue;
+        }
+        if (!hpkvm_get_affinity(tid, &cpus) ||
             !hpkvm_cpuset_intersects(&cpus, &s->leases->held)) {
             continue;
         }
@@ -159,27 +135,13 @@ static void check_other_threads(HPKVMState *s)
     }
 }
 
-/*
- * KVM starts a worker of its own for the VM (kvm-nx-lpage-recovery) from
- * the first vCPU's first KVM_RUN, so it inherits that vCPU's core.  A
- * second after the guest first ran, move every thread of QEMU's that is
- * not a vCPU thread to the housekeeping cores, that worker included.
- */
 #define SETTLE_MS 1000
 
 static void placement_settle(void *opaque)
 {
     HPKVMState *s = opaque;
-    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
-    const char *name;
 
-    while (dir && (name = g_dir_read_name(dir))) {
-        pid_t tid = atoi(name);
-
-        if (!is_vcpu_thread(s, tid)) {
-            pin_thread(tid, &s->housekeeping);
-        }
-    }
+    pin_other_threads(s, SETTLED);
     timer_free(s->settle_timer);
     s->settle_timer = NULL;
 }
@@ -207,7 +169,7 @@ static void placement_first_run(void *opaque, bool running, RunState state)
         pid_t tid = s->vcpu_tid[cpu->cpu_index];
         g_autofree char *list = NULL;
 
-        if (!tid || !thread_cpus(tid, &cpus) ||
+        if (!tid || !hpkvm_get_affinity(tid, &cpus) ||
             hpkvm_cpuset_has(&cpus, core)) {
             hpkvm_cpuset_clear(&one);
             set_bit(core, one.bits);
@@ -227,7 +189,7 @@ static void placement_first_run(void *opaque, bool running, RunState state)
                      list, core);
         exit(1);
     }
-    check_other_threads(s);
+    pin_other_threads(s, AT_FIRST_RUN);
     s->settle_timer = timer_new_ms(QEMU_CLOCK_REALTIME, placement_settle, s);
     timer_mod(s->settle_timer,
               qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + SETTLE_MS);
@@ -515,7 +477,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
     }
     close(lock);
     if (ok) {
-        pin_own_threads(s);
+        pin_other_threads(s, AT_START);
     }
     return ok;
 }

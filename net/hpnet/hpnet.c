@@ -82,7 +82,8 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
         .id = (char *)name,
         .type = NET_CLIENT_DRIVER_VHOST_USER,
     };
-    g_autofree char *label = NULL;
+    g_autofree char *label = NULL, *spec = NULL;
+    QemuOpts *opts;
     int ret;
 
     if (o->vhost_user_chardev) {
@@ -90,19 +91,15 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
         return net_init_vhost_user(&vu, name, peer, errp);
     }
     label = g_strdup_printf("hpnet-%s", name);
-    {
-        g_autofree char *spec = g_strdup_printf("unix:%s",
-                                                o->vhost_user_socket);
-        QemuOpts *opts = qemu_chr_parse_compat(label, spec, false);
-
-        if (!opts) {
-            error_setg(errp, "cannot describe a socket for %s",
-                       o->vhost_user_socket);
-            return -1;
-        }
-        s->chr = qemu_chr_new_from_opts(opts, NULL, errp);
-        qemu_opts_del(opts);
+    spec = g_strdup_printf("unix:%s", o->vhost_user_socket);
+    opts = qemu_chr_parse_compat(label, spec, false);
+    if (!opts) {
+        error_setg(errp, "cannot describe a socket for %s",
+                   o->vhost_user_socket);
+        return -1;
     }
+    s->chr = qemu_chr_new_from_opts(opts, NULL, errp);
+    qemu_opts_del(opts);
     if (!s->chr) {
         return -1;
     }
@@ -216,6 +213,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
         .pf = o->pf,
         .standby = o->standby != NULL,
     };
+    HpnetState *done;
     Error *err = NULL;
 
     if (o->vhost_user_socket && o->vhost_user_chardev) {
@@ -270,12 +268,9 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
         backend_check.notify = check_backends;
         qemu_add_machine_init_done_notifier(&backend_check);
     }
-    {
-        /* QTAILQ_INSERT_TAIL evaluates the element more than once. */
-        HpnetState *done = g_steal_pointer(&s);
-
-        QTAILQ_INSERT_TAIL(&hpnets, done, next);
-    }
+    /* QTAILQ_INSERT_TAIL evaluates the element more than once. */
+    done = g_steal_pointer(&s);
+    QTAILQ_INSERT_TAIL(&hpnets, done, next);
     return 0;
 
 fail:
