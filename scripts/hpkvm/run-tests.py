@@ -9,6 +9,11 @@ from the TAP each one printed, and ends with "N passed, N failed,
 N skipped".  A test executable that failed without a failing case (a
 crash, a timeout) counts as one failed case.  Exits non-zero on any
 failure.
+
+For each failure it then repeats, after meson's summary, the lines that
+explain it (the TAP comments before each failing case, the end of the
+test's stderr) and, last, one line per failed case with its exception:
+CI systems often keep only the end of a log.
 """
 
 import json
@@ -20,6 +25,55 @@ import sys
 TAP_RESULT = re.compile(r"^(not ok|ok)\b[^#]*(#\s*(SKIP|TODO)\b)?", re.I)
 # A whole test skipped, with its reason: "1..0 # SKIP needs root".
 TAP_SKIP_ALL = re.compile(r"^1\.\.0\s*#\s*SKIP\b\s*(.*)", re.I)
+# How much of each failure is repeated at the end.
+EXCERPT_LINES = 40
+EXCERPT_WIDTH = 300
+SUMMARY_WIDTH = 600
+
+
+def excerpt(lines):
+    """The last EXCERPT_LINES of lines, each cut to EXCERPT_WIDTH."""
+    return [line[:EXCERPT_WIDTH] for line in lines[-EXCERPT_LINES:]]
+
+
+# A Python traceback's last line, in a TAP comment: "# ValueError: ...".
+EXCEPTION_LINE = re.compile(r"^#\s*([\w.]+(Error|Exception|Exit)\b.*)")
+
+
+def exception(comments):
+    """The last exception in TAP comments, its next two lines joined."""
+    starts = [i for i, line in enumerate(comments)
+              if EXCEPTION_LINE.match(line)]
+    if not starts:
+        return "see above"
+    first = EXCEPTION_LINE.match(comments[starts[-1]]).group(1)
+    rest = [line.lstrip("# ") for line in comments[starts[-1] + 1:][:2]]
+    return " | ".join([first] + [line for line in rest if line])
+
+
+def explain_failure(entry):
+    """(lines that say why a test executable failed, one-line summaries)"""
+    name = entry.get("name")
+    out = [f"hpkvm: --- {name}: {entry.get('result')} ---"]
+    summaries = []
+    comments = []
+    for line in entry.get("stdout", "").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comments.append(stripped)
+        elif TAP_RESULT.match(stripped):
+            if stripped.lower().startswith("not ok"):
+                out += excerpt(comments) + [stripped]
+                summaries.append(f"hpkvm: FAILED {name}: {stripped}: "
+                                 f"{exception(comments)}"[:SUMMARY_WIDTH])
+            comments = []
+    stderr = entry.get("stderr", "").splitlines()
+    if stderr:
+        out += ["hpkvm: stderr (end):"] + excerpt(stderr)
+    if not summaries:
+        summaries.append(f"hpkvm: FAILED {name}: {entry.get('result')}, "
+                         f"{(stderr or ['no stderr'])[-1]}"[:EXCERPT_WIDTH])
+    return out, summaries
 
 
 def main():
@@ -33,6 +87,7 @@ def main():
     passed = failed = skipped = 0
     with open(log, encoding="utf-8") as f:
         entries = [json.loads(line) for line in f if line.strip()]
+    explanations, summaries = [], []
     for entry in entries:
         case_failed = 0
         for line in entry.get("stdout", "").splitlines():
@@ -54,11 +109,17 @@ def main():
                 and case_failed == 0:
             case_failed = 1
         failed += case_failed
+        if case_failed:
+            lines, why = explain_failure(entry)
+            explanations += lines
+            summaries += why
     if not entries:
         print("hpkvm: meson ran no test", file=sys.stderr)
         failed += 1
     if rc != 0 and failed == 0:
         failed = 1
+    for line in explanations + summaries:
+        print(line)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 

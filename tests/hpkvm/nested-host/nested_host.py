@@ -99,7 +99,15 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         if iommu:
             append.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
-        cmd = [qemu, "-accel", "tcg", "-cpu", "max", "-machine", machine,
+        # One TCG thread for all vCPUs: with a thread per vCPU, QEMU 10.0
+        # lets one vCPU use a stale TLB entry for MMIO while another has
+        # just changed the memory map (iotlb_to_section() then reads the
+        # new map with the old section index and aborts on its assertion;
+        # seen here once in 42 boots, while the kernel set up PCI).  With
+        # one thread, the TLB flush queued by the change runs before any
+        # other vCPU runs again.
+        cmd = [qemu, "-accel", "tcg,thread=single", "-cpu", "max",
+               "-machine", machine,
                "-m", mem, "-smp", str(cpus), "-nodefaults",
                "-display", "none", "-no-reboot",
                "-kernel", vmlinuz, "-initrd", initrd,

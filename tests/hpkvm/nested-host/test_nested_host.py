@@ -21,7 +21,10 @@
   down, and after SIGKILL by qemu-hpkvm-recover.
 
 Prints TAP.  Each test boots the nested host once (~4 s to the shell;
-the rest is TCG running KVM).
+the rest is TCG running KVM).  If the nested host itself fails (the TCG
+QEMU under it crashed, or it did not finish in NESTED_TIMEOUT), the test
+says why and boots it once more; a second failure fails the test.  A
+QEMU inside that does not exit is killed and fails the test at once.
 """
 
 import json
@@ -32,7 +35,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from nested_host import run  # noqa: E402
+from nested_host import NestedHostError, run  # noqa: E402
 
 # The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
 # by the payloads.
@@ -55,13 +58,31 @@ wait_serial() {
     i=0
     until grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/serial.log 2>/dev/null &&
           [ -z "$(tail -c 1 /tmp/serial.log)" ]; do
-        sleep 0.2; i=$((i + 1)); [ $i -gt 1500 ] && break
+        sleep 0.2; i=$((i + 1)); [ $i -gt 1200 ] && break
     done
     echo "serial: $(cat /tmp/serial.log)"
+}
+# Reap QEMU with its exit status; one that has not exited in 240 s is
+# killed and said so, so a hang shows as this line, not as the nested
+# host's own timeout with nothing printed.
+wait_qemu() {
+    i=0
+    while [ -e /proc/$qemu_pid ] &&
+          [ "$(cut -d' ' -f3 /proc/$qemu_pid/stat 2>/dev/null)" != Z ]; do
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 1200 ]; then
+            echo "qemu-hang: pid $qemu_pid still running after 240 s; killed"
+            kill -9 $qemu_pid
+            break
+        fi
+    done
+    wait $qemu_pid
 }
 """
 
 HALTS = 200
+# Seconds for one boot of the nested host; a test takes ~15 s here.
+NESTED_TIMEOUT = 300
 
 tests = []
 
@@ -76,14 +97,27 @@ def lines_with(output, prefix):
             if line.startswith(prefix)]
 
 
+def nested(script, **kwargs):
+    """run() the script in the nested host; a second boot if it failed."""
+    try:
+        res = run(script, timeout=NESTED_TIMEOUT, **kwargs)
+    except NestedHostError as e:
+        print("# the nested host failed; booting it once more. Why:\n# "
+              + str(e).replace("\n", "\n# "), flush=True)
+        res = run(script, timeout=NESTED_TIMEOUT, **kwargs)
+    hangs = lines_with(res.output, "qemu-hang: ")
+    assert not hangs, res.output
+    return res
+
+
 @test
 def hpkvm_runs_our_guest_on_real_kvm():
-    res = run(PAYLOAD_LIB + r"""
+    res = nested(PAYLOAD_LIB + r"""
 guest_qemu -accel hpkvm -cpu host || exit 1
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 echo "kvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-kvm"}')"
 qmp-exec /tmp/qmp.sock cont > /dev/null
-wait $qemu_pid
+wait_qemu
 echo "status: $?"
 wait_serial
 """)
@@ -120,9 +154,9 @@ echo "%s $(wait_serial)"
 echo "%s cpus: $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
 echo "%s stats: $(qmp-exec /tmp/qmp.sock '%s')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 """ % (args, HALTS, label, label, label, label, STATS_CMD)
-    res = run(script)
+    res = nested(script)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
     halt_exits, hpkvm = {}, {}
@@ -177,7 +211,7 @@ def hpkvm_keeps_halts_in_the_guest_where_kvm_exits():
 
 @test
 def vhost_net_starts_and_vfio_vfs_are_usable():
-    res = run(PAYLOAD_LIB + r"""
+    res = nested(PAYLOAD_LIB + r"""
 guest_qemu -accel kvm -cpu host \
     -netdev tap,id=n0,ifname=hptap0,script=no,downscript=no,vhost=on,vhostforce=on \
     -device virtio-net-pci,netdev=n0 || exit 1
@@ -185,7 +219,7 @@ sleep 1
 echo "vhost-worker: $(ps -o pid,comm,args | grep -c "\[vhost-$qemu_pid\]")"
 echo "tap: $(cat /sys/class/net/hptap0/tun_flags 2>/dev/null)"
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 for d in /sys/bus/pci/devices/*; do
     [ -e "$d/physfn" ] || continue
     drv=$(basename "$(readlink "$d/driver")" 2>/dev/null)
@@ -214,7 +248,7 @@ done
 def vfio_irte_follows_the_guest_msix():
     # The patched kernel is the test double here (LD_PRELOAD): this checks
     # QEMU's side, on a real VF with real VFIO and KVM routes.
-    res = run(PAYLOAD_LIB + r"""
+    res = nested(PAYLOAD_LIB + r"""
 vf=
 for d in /sys/bus/pci/devices/*; do
     if [ "$(basename "$(readlink $d/driver)")" = vfio-pci ]; then
@@ -232,7 +266,7 @@ qmp-exec /tmp/qmp.sock cont > /dev/null
 wait_serial
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 sed 's/^/fake: /' /tmp/fake.log
 """, vfs=2, vfio_vfs=1)
     print("#", res.output.replace("\n", "\n# "))
@@ -262,7 +296,7 @@ sed 's/^/fake: /' /tmp/fake.log
 
 @test
 def hpnet_chooses_vhost_net_and_an_sriov_vf_on_a_real_kernel():
-    res = run(PAYLOAD_LIB + r"""
+    res = nested(PAYLOAD_LIB + r"""
 printf '#!/bin/sh\nip link set "$1" up\n' > /tmp/ifup
 chmod +x /tmp/ifup
 guest_qemu -accel kvm -cpu host -append "vnet=8 hold" \
@@ -274,7 +308,7 @@ wait_serial
 echo "after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
 echo "rx: $(cat /sys/class/net/hptap0/statistics/rx_packets)"
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 pf=$(basename "$(dirname "$(ls /sys/bus/pci/devices/*/sriov_numvfs | head -1)")")
 echo "pf: $pf"
 rm -f /tmp/qmp.sock /tmp/serial.log
@@ -295,7 +329,7 @@ echo "sriov: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
 qmp-exec /tmp/qmp.sock cont > /dev/null
 wait_serial
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 """, vfs=2, vfio_vfs=2)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
@@ -357,7 +391,7 @@ def restored(before, after):
 def dedicated_cores_isolated_and_restored_on_a_real_kernel():
     accel = ("hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,state-dir=/run/hs,"
              "dynamic-isolation=on")
-    res = run(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 mkdir /sys/fs/cgroup/other
 sleep 600 &
@@ -373,13 +407,13 @@ echo "other: $(grep Cpus_allowed_list /proc/$other/status | tr -d '\t')"
 sh -c 'echo "child: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"'
 snap during
 qmp-exec /tmp/qmp.sock cont > /dev/null
-wait $qemu_pid
+wait_qemu
 echo "status: $?"
 wait_serial
 snap after-exit
 guest_qemu -accel %(accel)s -cpu host || exit 1
 kill -9 $qemu_pid
-wait $qemu_pid
+wait_qemu
 snap killed
 qemu-hpkvm-recover --state-dir=/run/hs
 echo "recover: $?"
@@ -394,7 +428,7 @@ for t in /proc/$qemu_pid/task/*; do
     echo "hotthread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
 done
 qmp-exec /tmp/qmp.sock quit > /dev/null
-wait $qemu_pid
+wait_qemu
 """ % {"accel": accel}, cpus=4, vfs=1)
     print("#", "\n# ".join(line for line in res.output.splitlines()
                            if not re.match(r"(before|during|after-exit|"
