@@ -93,7 +93,12 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
 
         console = os.path.join(tmp, "console.log")
         output = os.path.join(tmp, "payload.log")
-        append = ["console=ttyS0", "panic=-1", "quiet",
+        # tsc=reliable: TCG's -cpu max is an AMD CPU without constant_tsc,
+        # so with two CPUs or more Linux marks the TSC unstable ("TSCs
+        # unsynchronized"), runs on the HPET, and KVM adjusts its guests'
+        # TSCs on every vCPU move.  TCG reads the one host TSC for every
+        # vCPU, so it is in fact synchronized.
+        append = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
                   f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}"]
         machine = "q35"
         if iommu:
