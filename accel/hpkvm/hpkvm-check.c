@@ -5,7 +5,8 @@
  * verdict (ok, info, warn, fail) and, where something is missing, the
  * fix: KVM and the kernel's hpkvm extension, IOMMU and interrupt
  * remapping, isolated cores and nohz_full, where NIC interrupts run,
- * hugepages, the CPU frequency governor, vhost-net, vhost-user sockets,
+ * hugepages, the CPU frequency governor, the clocksource (a TSC the
+ * kernel marked unstable), vhost-net, vhost-user sockets,
  * SR-IOV VFs on vfio-pci, NUMA placement, a cpuset controller, and host
  * changes left by a VM that did not exit.  "fail" is what stops hpkvm
  * from running at all; the exit status is 1 if there is one.  Host paths
@@ -281,6 +282,31 @@ static void check_governor(Ctx *c)
     }
 }
 
+/*
+ * A kernel that marked the TSC unstable keeps time with another clock,
+ * and KVM then adjusts each guest's TSC whenever a vCPU moves between
+ * cores: guest TSC-deadline timers and TSC readings lose their footing.
+ */
+static void check_clocksource(Ctx *c)
+{
+    g_autofree char *source = read_trimmed(c, "/sys/devices/system/"
+                                           "clocksource/clocksource0/"
+                                           "current_clocksource");
+
+    if (!source) {
+        add(c, "clocksource", INFO, NULL, "no clocksource in sysfs");
+    } else if (!strcmp(source, "tsc")) {
+        add(c, "clocksource", OK, NULL, "the kernel keeps time with the "
+            "TSC");
+    } else {
+        add(c, "clocksource", WARN, "see why with 'dmesg | grep -i tsc'; "
+            "only if the TSCs are in fact synchronized (constant_tsc, one "
+            "clock domain), boot with tsc=reliable", "the kernel keeps "
+            "time with %s, not the TSC: KVM adjusts guest TSCs when a vCPU "
+            "moves, and guest TSC-deadline timers drift", source);
+    }
+}
+
 static void check_vhost(Ctx *c)
 {
     int i;
@@ -489,6 +515,7 @@ int main(int argc, char **argv)
     check_nic_irqs(&c);
     check_hugepages(&c);
     check_governor(&c);
+    check_clocksource(&c);
     check_vhost(&c);
     check_sriov(&c);
     check_numa(&c);

@@ -39,6 +39,8 @@ def ready_host(root):
     w(root, f"{cpu}/nohz_full", "2-3\n")
     for n in range(4):
         w(root, f"{cpu}/cpu{n}/cpufreq/scaling_governor", "performance\n")
+    w(root, "/sys/devices/system/clocksource/clocksource0/"
+      "current_clocksource", "tsc\n")
     w(root, "/sys/devices/system/node/node0/cpulist", "0-3\n")
     w(root, "/sys/devices/system/node/node1/cpulist", "4-7\n")
     w(root, "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
@@ -82,6 +84,7 @@ def a_ready_host_passes():
         assert rc == 0 and ready and not bad, (rc, bad)
         assert by["sriov"][0]["message"].startswith(
             "PF 0000:01:00.0: VF 0000:01:10.0 on vfio-pci"), by["sriov"]
+        assert by["clocksource"][0]["verdict"] == "ok", by["clocksource"]
         # The kernel's extension needs ioctls: only on the real host.
         assert by["hpkvm-kernel"][0]["verdict"] == "info"
 
@@ -111,6 +114,8 @@ def each_problem_is_found_with_its_fix():
                       "nr_hugepages", "0\n")
         hostlib.write(root, "/sys/devices/system/cpu/cpu3/cpufreq/"
                       "scaling_governor", "powersave\n")
+        hostlib.write(root, "/sys/devices/system/clocksource/clocksource0/"
+                      "current_clocksource", "hpet\n")
         os.unlink(r("/sys/bus/pci/devices/0000:01:10.0/driver"))
         link(root, "/sys/bus/pci/devices/0000:01:10.0/driver",
              "../../drivers/igbvf")
@@ -129,6 +134,8 @@ def each_problem_is_found_with_its_fix():
         expect(by, "hugepages", "warn", "nr_hugepages")
         expect(by, "cpufreq-governor", "warn",
                "echo performance > /sys/devices/system/cpu/cpu3/cpufreq")
+        expect(by, "clocksource", "warn", "tsc=reliable")
+        assert "keeps time with hpet" in by["clocksource"][0]["message"]
         expect(by, "vhost-net", "warn", "modprobe vhost_net")
         expect(by, "sriov", "warn", "bind them to vfio-pci")
         assert "bound to igbvf, not vfio-pci" in by["sriov"][0]["message"]
