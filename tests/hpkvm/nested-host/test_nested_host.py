@@ -25,7 +25,8 @@ the rest is TCG running KVM).  If the nested host itself fails (the TCG
 QEMU under it crashed, or it did not finish in NESTED_TIMEOUT) or an L2
 guest never got past its firmware (printed nothing), the test says why
 and boots it once more; a second failure fails the test.  A QEMU inside
-that does not exit is killed and fails the test at once.
+that does not exit is killed and, unless its guest printed nothing,
+fails the test at once.
 """
 
 import json
@@ -39,11 +40,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nested_host import NestedHostError, run  # noqa: E402
 
 # The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
-# by the payloads.
+# by the payloads.  -nodefaults: no default NIC, so no iPXE option ROM
+# runs before the guest (see hpkvm-nested-host.rst), and no VGA, floppy
+# or CD-ROM for the firmware to set up.
 PAYLOAD_LIB = r"""
 guest_qemu() {
     rm -f /tmp/qmp.sock /tmp/serial.log
-    qemu-system-x86_64 -machine pc -smp 2 -S \
+    qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
         -kernel "$HPKVM_GUEST" -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -display none -monitor none -serial file:/tmp/serial.log \
         -qmp unix:/tmp/qmp.sock,server=on,wait=off "$@" &
@@ -63,6 +66,7 @@ wait_serial() {
     i=0
     until grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/serial.log 2>/dev/null &&
           [ -z "$(tail -c 1 /tmp/serial.log)" ]; do
+        [ -e /proc/$qemu_pid ] || break        # exited, or killed
         sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
     done
     echo "serial: $(cat /tmp/serial.log)"
@@ -70,7 +74,7 @@ wait_serial() {
 # Why a guest did not finish: QEMU's view, its threads in the kernel, and
 # whether KVM still runs the guest (exits growing).
 guest_stuck() {
-    echo "stuck: no result line from the guest after 120 s"
+    echo "stuck: no result line from the guest"
     echo "stuck: status $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}')"
     for n in 1 2; do
         echo "stuck: exits $(qmp-exec /tmp/qmp.sock '{"execute": "query-stats",
@@ -106,6 +110,8 @@ wait_qemu() {
         sleep 0.2; i=$((i + 1))
         if [ $i -gt 1200 ]; then
             echo "qemu-hang: pid $qemu_pid still running after 240 s; killed"
+            guest_stuck
+            echo "qemu-hang-serial: $(cat /tmp/serial.log)"
             kill -9 $qemu_pid
             break
         fi
@@ -134,7 +140,8 @@ def lines_with(output, prefix):
 def never_booted(res):
     """Why an L2 guest never ran our code (its serial stayed empty while
     it ran: the firmware never handed over), or None."""
-    if "\nserial: \n" not in "\n" + res.output:
+    out = "\n" + res.output
+    if "\nserial: \n" not in out and "\nqemu-hang-serial: \n" not in out:
         return None
     return "\n".join(line for line in res.output.splitlines()
                      if line.startswith("stuck: "))
