@@ -53,7 +53,10 @@ def main():
     extra = sys.argv[4:]
     with tempfile.TemporaryDirectory(prefix="hpkvm-run-") as tmp:
         qmp_path = os.path.join(tmp, "qmp.sock")
-        cmd = [qemu, *extra, "-S", "-machine", "pc", "-kernel", guest,
+        # -nodefaults: the guest needs no default NIC, VGA, floppy or
+        # CD-ROM, and the firmware then runs no iPXE option ROM first.
+        cmd = [qemu, *extra, "-S", "-machine", "pc", "-nodefaults",
+               "-kernel", guest,
                "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
                "-display", "none", "-serial", "stdio", "-monitor", "none",
                "-qmp", f"unix:{qmp_path},server=on,wait=off"]
