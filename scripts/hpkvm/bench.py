@@ -201,18 +201,15 @@ run_bench() {
         -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -display none -monitor none -serial file:/tmp/serial.log \
         -qmp unix:/tmp/qmp.sock,server=on,wait=off "$@" &
-    pid=$!
-    i=0
-    while [ ! -S /tmp/qmp.sock ]; do
-        sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && return 1
-    done
+    qemu_pid=$!
+    wait_qmp_socket || return 1
     echo "BENCH $label hpkvm $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
     qmp-exec /tmp/qmp.sock '{"execute": "cont"}' > /dev/null
     for k in $(seq 0 %(frames)d); do
         kk=$(printf %%02d $k)
         for edge in begin end; do
             until grep -q "hpkvm-bench: $edge $kk" /tmp/serial.log; do
-                kill -0 $pid 2>/dev/null || break 3
+                kill -0 $qemu_pid 2>/dev/null || break 3
                 sleep 0.02
             done
             qmp-exec /tmp/qmp.sock '{"execute": "stop"}' > /dev/null
@@ -224,7 +221,7 @@ run_bench() {
             qmp-exec /tmp/qmp.sock '{"execute": "cont"}' > /dev/null
         done
     done
-    wait $pid
+    wait_qemu
     echo "BENCH $label status $?"
     sed "s/^/BENCH $label serial /" /tmp/serial.log
 }
@@ -234,12 +231,12 @@ run_bench() {
 def run_nested(build, accels, samples, sync, reps):
     """Each accelerator in turn, reps times, in one boot of the nested
     host (4 CPUs: hpkvm leases cores 1-3, housekeeping on 0)."""
-    from nested_host import run
+    from nested_host import L2_SHELL, run
     smp = 3
     args = {"kvm": "-accel kvm -cpu host",
             "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0,"
                      "state-dir=/run/hpkvm -cpu host"}
-    script = NESTED_PAYLOAD % {"smp": smp, "samples": samples, "sync": sync,
+    script = L2_SHELL + NESTED_PAYLOAD % {"smp": smp, "samples": samples, "sync": sync,
                                "frames": 7, "stats": json.dumps(STATS)}
     order = []
     for rep in range(reps):

@@ -42,6 +42,70 @@ DEFAULT_BUILD = os.path.normpath(os.path.join(HERE, "../../../build/qemu"))
 EXIT_MARK = "NESTED-HOST-EXIT "
 
 
+# Shell functions for payloads that run an L2 QEMU with QMP on
+# /tmp/qmp.sock, its pid in $qemu_pid; every wait is bounded in seconds
+# (a loop of commands inside the nested host is slow, and its speed
+# varies) and a stuck guest says why.
+L2_SHELL = r"""
+# QMP's socket appears within 60 s, or the QEMU is said to have failed.
+wait_qmp_socket() {
+    i=0
+    while [ ! -S /tmp/qmp.sock ]; do
+        [ -e /proc/$qemu_pid ] || { echo "qemu-exited: before QMP"; return 1; }
+        sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && return 1
+    done
+    return 0
+}
+# Why a guest did not finish: QEMU's view, its threads in the kernel, and
+# whether KVM still runs the guest (exits growing).
+guest_stuck() {
+    echo "stuck: no result line from the guest"
+    echo "stuck: status $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}')"
+    for n in 1 2; do
+        echo "stuck: exits $(qmp-exec /tmp/qmp.sock '{"execute": "query-stats",
+            "arguments": {"target": "vcpu", "providers": [{"provider": "kvm",
+            "names": ["exits", "halt_exits", "irq_exits", "io_exits",
+                      "mmio_exits"]}]}}')"
+        sleep 1
+    done
+    qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command",
+        "arguments": {"command-line": "info registers -a"}}' |
+        grep -o '[ER]IP=[0-9a-f]*\|HLT=[01]\|[ER]FL=[0-9a-f]*\|CS =[0-9a-f]* [0-9a-f]*\|CR0=[0-9a-f]*' |
+        tr '\n' ' ' | sed 's/^/stuck: registers /'
+    echo
+    echo "stuck: clocksource" \
+         "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+    dmesg | tail -n 8 | sed 's/^/stuck: dmesg /'
+    mount -t debugfs none /sys/kernel/debug 2>/dev/null
+    for f in /sys/kernel/debug/kvm/$qemu_pid-*/vcpu*/tsc-*; do
+        echo "stuck: ${f#/sys/kernel/debug/kvm/} $(cat $f 2>/dev/null)"
+    done
+    for t in /proc/$qemu_pid/task/*; do
+        echo "stuck: thread ${t##*/} $(cat $t/comm) $(cat $t/wchan)" \
+             "$(cut -d' ' -f3 $t/stat)"
+    done
+}
+# Reap QEMU with its exit status; one that has not exited in 240 s is
+# killed and said so, so a hang shows as this line, not as the nested
+# host's own timeout with nothing printed.
+wait_qemu() {
+    i=0
+    while [ -e /proc/$qemu_pid ] &&
+          [ "$(cut -d' ' -f3 /proc/$qemu_pid/stat 2>/dev/null)" != Z ]; do
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 1200 ]; then
+            echo "qemu-hang: pid $qemu_pid still running after 240 s; killed"
+            guest_stuck
+            echo "qemu-hang-serial: $(cat /tmp/serial.log)"
+            kill -9 $qemu_pid
+            break
+        fi
+    done
+    wait $qemu_pid
+}
+"""
+
+
 class NestedHostError(RuntimeError):
     """The nested host could not run the payload to its end."""
 

@@ -37,13 +37,13 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from nested_host import NestedHostError, run  # noqa: E402
+from nested_host import L2_SHELL, NestedHostError, run  # noqa: E402
 
 # The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
 # by the payloads.  -nodefaults: no default NIC, so no iPXE option ROM
 # runs before the guest (see hpkvm-nested-host.rst), and no VGA, floppy
 # or CD-ROM for the firmware to set up.
-PAYLOAD_LIB = r"""
+PAYLOAD_LIB = L2_SHELL + r"""
 guest_qemu() {
     rm -f /tmp/qmp.sock /tmp/serial.log
     qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
@@ -51,11 +51,7 @@ guest_qemu() {
         -display none -monitor none -serial file:/tmp/serial.log \
         -qmp unix:/tmp/qmp.sock,server=on,wait=off "$@" &
     qemu_pid=$!
-    i=0
-    while [ ! -S /tmp/qmp.sock ]; do
-        sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && return 1
-    done
-    return 0
+    wait_qmp_socket
 }
 # Let the paused guest run; a refused "cont" is printed, and fails the test.
 guest_cont() {
@@ -70,53 +66,6 @@ wait_serial() {
         sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
     done
     echo "serial: $(cat /tmp/serial.log)"
-}
-# Why a guest did not finish: QEMU's view, its threads in the kernel, and
-# whether KVM still runs the guest (exits growing).
-guest_stuck() {
-    echo "stuck: no result line from the guest"
-    echo "stuck: status $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}')"
-    for n in 1 2; do
-        echo "stuck: exits $(qmp-exec /tmp/qmp.sock '{"execute": "query-stats",
-            "arguments": {"target": "vcpu", "providers": [{"provider": "kvm",
-            "names": ["exits", "halt_exits", "irq_exits", "io_exits",
-                      "mmio_exits"]}]}}')"
-        sleep 1
-    done
-    qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command",
-        "arguments": {"command-line": "info registers -a"}}' |
-        grep -o '[ER]IP=[0-9a-f]*\|HLT=[01]\|[ER]FL=[0-9a-f]*\|CS =[0-9a-f]* [0-9a-f]*\|CR0=[0-9a-f]*' |
-        tr '\n' ' ' | sed 's/^/stuck: registers /'
-    echo
-    echo "stuck: clocksource" \
-         "$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-    dmesg | tail -n 8 | sed 's/^/stuck: dmesg /'
-    mount -t debugfs none /sys/kernel/debug 2>/dev/null
-    for f in /sys/kernel/debug/kvm/$qemu_pid-*/vcpu*/tsc-*; do
-        echo "stuck: ${f#/sys/kernel/debug/kvm/} $(cat $f 2>/dev/null)"
-    done
-    for t in /proc/$qemu_pid/task/*; do
-        echo "stuck: thread ${t##*/} $(cat $t/comm) $(cat $t/wchan)" \
-             "$(cut -d' ' -f3 $t/stat)"
-    done
-}
-# Reap QEMU with its exit status; one that has not exited in 240 s is
-# killed and said so, so a hang shows as this line, not as the nested
-# host's own timeout with nothing printed.
-wait_qemu() {
-    i=0
-    while [ -e /proc/$qemu_pid ] &&
-          [ "$(cut -d' ' -f3 /proc/$qemu_pid/stat 2>/dev/null)" != Z ]; do
-        sleep 0.2; i=$((i + 1))
-        if [ $i -gt 1200 ]; then
-            echo "qemu-hang: pid $qemu_pid still running after 240 s; killed"
-            guest_stuck
-            echo "qemu-hang-serial: $(cat /tmp/serial.log)"
-            kill -9 $qemu_pid
-            break
-        fi
-    done
-    wait $qemu_pid
 }
 """
 
@@ -380,10 +329,7 @@ qemu-system-x86_64 -machine q35 -accel kvm -cpu host -smp 1 -m 256 -S \
     -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap1,script=/tmp/ifup \
     -device virtio-net-pci,netdev=n1,id=net1,failover=on,romfile= &
 qemu_pid=$!
-i=0
-while [ ! -S /tmp/qmp.sock ]; do
-    sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && break
-done
+wait_qmp_socket || exit 1
 echo "sriov: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
 guest_cont
 wait_serial
