@@ -59,12 +59,12 @@ static const struct {
     { "housekeeping-cpus", offsetof(HPKVMState, housekeeping_opt),
       "host cores for QEMU's other threads (default: the online cores no "
       "VM leases)" },
-    { "host-root", offsetof(HPKVMState, host_root),
-      "where the host's /proc, /sys and cgroups are (default /; a fake "
-      "tree for tests)" },
-    { "state-dir", offsetof(HPKVMState, state_dir),
-      "host directory of the core leases and the journal of host changes "
-      "(default /run/hpkvm, under host-root)" },
+    { "x-host-root", offsetof(HPKVMState, host_root),
+      "for tests only: a fake tree standing for the host's /proc, /sys "
+      "and cgroups (default /, the real host)" },
+    { "x-state-dir", offsetof(HPKVMState, state_dir),
+      "for tests only: the directory of the core leases and the journal, "
+      "under x-host-root (a real host has one, /run/hpkvm)" },
 };
 
 static void hpkvm_get_str(Object *obj, Visitor *v, const char *name,

@@ -400,6 +400,7 @@ static void check_leftovers(Ctx *c)
                                            NULL);
     g_autofree char *mounts = read_trimmed(c, "/proc/mounts");
     g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    Error *err = NULL;
 
     if (mounts && (strstr(mounts, "cpuset") || strstr(mounts, "cgroup2"))) {
         add(c, "cgroup-cpuset", OK, NULL, "a cpuset controller is mounted");
@@ -409,7 +410,18 @@ static void check_leftovers(Ctx *c)
             "each task's affinity, and tasks that set their own are not "
             "kept off the VMs' cores");
     }
-    hpkvm_leases_scan(&c->host, c->state_dir, map);
+    if (!hpkvm_host_exists(&c->host, c->state_dir)) {
+        add(c, "host-changes", OK, NULL, "no hpkvm VM has run: %s does "
+            "not exist", c->state_dir);
+        return;
+    }
+    if (!hpkvm_leases_scan(&c->host, c->state_dir, map, &err)) {
+        add(c, "host-changes", WARN, "let hpkvm recreate it: remove it "
+            "while no hpkvm VM runs", "the state directory is not "
+            "trusted: %s", error_get_pretty(err));
+        error_free(err);
+        return;
+    }
     if (hpkvm_host_exists(&c->host, journal) &&
         hpkvm_cpuset_empty(&map->leased)) {
         add(c, "host-changes", WARN, "run qemu-hpkvm-recover (or start an "

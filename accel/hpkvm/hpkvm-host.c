@@ -45,12 +45,28 @@ bool hpkvm_get_affinity(pid_t tid, HpkvmCpuSet *cpus)
     return true;
 }
 
+/*
+ * The real host is whatever root names the same directory as "/": "//"
+ * and "/tmp/.." are the real host too, and must not be taken for a fake
+ * tree that tests may change freely.
+ */
+static bool host_root_is_real(const char *root)
+{
+    struct stat a, b;
+
+    if (stat(root, &a) < 0 || stat("/", &b) < 0) {
+        return false;
+    }
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 void hpkvm_host_init(HpkvmHost *h, const char *root)
 {
     g_autofree char *canon = g_canonicalize_filename(root ?: "/", "/");
+    g_autofree char *real = realpath(canon, NULL);
 
-    h->real = !strcmp(canon, "/");
-    h->root = h->real ? g_strdup("") : g_steal_pointer(&canon);
+    h->real = host_root_is_real(canon);
+    h->root = h->real ? g_strdup("") : g_strdup(real ?: canon);
     h->set_affinity = h->real ? hpkvm_set_affinity : NULL;
 }
 
@@ -64,43 +80,129 @@ char *hpkvm_host_path(const HpkvmHost *h, const char *path)
     return g_strconcat(h->root, path, NULL);
 }
 
+/*
+ * g_file_error_from_errno() has no inverse in glib; the codes hpkvm's
+ * callers tell apart are these.  Returns -errno.
+ */
+static int host_errno(const GError *err)
+{
+    static const struct {
+        GFileError code;
+        int err;
+    } map[] = {
+        { G_FILE_ERROR_NOENT, ENOENT }, { G_FILE_ERROR_ACCES, EACCES },
+        { G_FILE_ERROR_PERM, EPERM }, { G_FILE_ERROR_ISDIR, EISDIR },
+        { G_FILE_ERROR_NOTDIR, ENOTDIR }, { G_FILE_ERROR_LOOP, ELOOP },
+        { G_FILE_ERROR_NOMEM, ENOMEM }, { G_FILE_ERROR_INVAL, EINVAL },
+    };
+    int i;
+
+    for (i = 0; err && err->domain == G_FILE_ERROR && i < ARRAY_SIZE(map);
+         i++) {
+        if (map[i].code == err->code) {
+            return -map[i].err;
+        }
+    }
+    return -EIO;
+}
+
 int hpkvm_host_read(const HpkvmHost *h, const char *path, char **text)
 {
     g_autofree char *full = hpkvm_host_path(h, path);
-    g_autoptr(GString) buf = g_string_new("");
-    char chunk[4096];
-    ssize_t n;
-    int fd;
+    g_autoptr(GError) err = NULL;
 
     *text = NULL;
-    fd = qemu_open_old(full, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return -errno;
+    /* glib reads procfs and sysfs files, which have no size, to the end. */
+    if (!g_file_get_contents(full, text, NULL, &err)) {
+        return host_errno(err);
     }
-    /* procfs and sysfs files have no size: read to the end. */
-    while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
-        g_string_append_len(buf, chunk, n);
-    }
-    if (n < 0) {
-        n = -errno;
-        close(fd);
-        return n;
-    }
-    close(fd);
-    *text = g_string_free(g_steal_pointer(&buf), false);
     return 0;
 }
 
-/* One write(2): sysfs, procfs and cgroupfs take a value per write. */
-static int write_once(const char *path, int flags, const char *text)
+/*
+ * Every component of an absolute @path, checked: none empty (no "//"),
+ * none "." or "..", so that a path hpkvm is asked to change cannot
+ * leave the place its name says.
+ */
+static GStrv host_path_components(const char *path)
+{
+    g_auto(GStrv) parts = NULL;
+    int i;
+
+    if (!path || path[0] != '/' || !path[1]) {
+        return NULL;
+    }
+    parts = g_strsplit(path + 1, "/", -1);
+    for (i = 0; parts[i]; i++) {
+        if (!*parts[i] || !strcmp(parts[i], ".") ||
+            !strcmp(parts[i], "..")) {
+            return NULL;
+        }
+    }
+    return g_steal_pointer(&parts);
+}
+
+int hpkvm_host_open_parent(const HpkvmHost *h, const char *path,
+                           char **name)
+{
+    g_auto(GStrv) parts = host_path_components(path);
+    int dfd, i, n;
+
+    *name = NULL;
+    if (!parts) {
+        return -EINVAL;
+    }
+    dfd = qemu_open_old(*h->root ? h->root : "/",
+                        O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        return -errno;
+    }
+    n = g_strv_length(parts);
+    for (i = 0; i < n - 1; i++) {
+        int next = openat(dfd, parts[i],
+                          O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+        close(dfd);
+        if (next < 0) {
+            /* O_DIRECTORY refuses a symlink that O_NOFOLLOW kept */
+            return -errno;
+        }
+        dfd = next;
+    }
+    *name = g_strdup(parts[n - 1]);
+    return dfd;
+}
+
+int hpkvm_host_open(const HpkvmHost *h, const char *path, int flags,
+                    mode_t mode)
+{
+    g_autofree char *name = NULL;
+    int dfd = hpkvm_host_open_parent(h, path, &name);
+    int fd;
+
+    if (dfd < 0) {
+        return dfd;
+    }
+    fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+    fd = fd < 0 ? -errno : fd;
+    close(dfd);
+    return fd;
+}
+
+/*
+ * One write(2): sysfs, procfs and cgroupfs take a value per write.  The
+ * file must exist: hpkvm only changes the kernel's files, never creates
+ * one (a fake tree's cgroups get theirs from hpkvm_host_mkdir()).
+ */
+static int host_write_once(const HpkvmHost *h, const char *path, int flags,
+                           const char *text)
 {
     size_t len = strlen(text);
-    int fd = qemu_open_old(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags,
-                           0644);
+    int fd = hpkvm_host_open(h, path, O_WRONLY | flags, 0);
     ssize_t ret;
 
     if (fd < 0) {
-        return -errno;
+        return fd;
     }
     ret = write(fd, text, len);
     if (ret < 0) {
@@ -116,46 +218,82 @@ static int write_once(const char *path, int flags, const char *text)
 
 int hpkvm_host_write(const HpkvmHost *h, const char *path, const char *text)
 {
-    g_autofree char *full = hpkvm_host_path(h, path);
-
-    return write_once(full, O_TRUNC, text);
+    return host_write_once(h, path, O_TRUNC, text);
 }
 
 int hpkvm_host_append(const HpkvmHost *h, const char *path, const char *text)
 {
-    g_autofree char *full = hpkvm_host_path(h, path);
     g_autofree char *line = g_strdup_printf("%s\n", text);
 
-    return write_once(full, O_APPEND, line);
+    return host_write_once(h, path, O_APPEND, line);
 }
+
+/* What cgroupfs gives a new cgroup, for a fake tree's stand-in. */
+static const char *const host_fake_cgroup_files[] = {
+    "cgroup.procs", "cpuset.cpus", "cpuset.mems",
+};
 
 int hpkvm_host_mkdir(const HpkvmHost *h, const char *path)
 {
-    g_autofree char *full = hpkvm_host_path(h, path);
+    g_autofree char *name = NULL;
+    int dfd = hpkvm_host_open_parent(h, path, &name);
+    int ret = 0, sub, i;
 
-    return mkdir(full, 0755) < 0 ? -errno : 0;
+    if (dfd < 0) {
+        return dfd;
+    }
+    if (mkdirat(dfd, name, 0755) < 0) {
+        ret = -errno;
+    } else if (!h->real) {
+        sub = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+                     O_CLOEXEC);
+        for (i = 0; sub >= 0 && i < ARRAY_SIZE(host_fake_cgroup_files);
+             i++) {
+            int fd = openat(sub, host_fake_cgroup_files[i],
+                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+
+            if (fd >= 0) {
+                close(fd);
+            }
+        }
+        if (sub >= 0) {
+            close(sub);
+        }
+    }
+    close(dfd);
+    return ret;
 }
 
 int hpkvm_host_rmdir(const HpkvmHost *h, const char *path)
 {
-    g_autofree char *full = hpkvm_host_path(h, path);
-    g_auto(GStrv) names = NULL;
-    int i;
+    g_autofree char *name = NULL;
+    int dfd = hpkvm_host_open_parent(h, path, &name);
+    int ret = 0, i;
 
-    if (rmdir(full) == 0 || errno == ENOENT) {
-        return 0;
+    if (dfd < 0) {
+        return dfd == -ENOENT ? 0 : dfd;
     }
-    if (errno != ENOTEMPTY || h->real) {
-        return -errno;
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) {
+        goto out;
     }
-    /* A fake tree has plain files where cgroupfs has control files. */
-    names = hpkvm_host_list(h, path);
-    for (i = 0; names && names[i]; i++) {
-        g_autofree char *file = g_build_filename(full, names[i], NULL);
+    ret = -errno;
+    if (ret == -ENOTEMPTY && !h->real) {
+        /* A fake tree has plain files where cgroupfs has control files. */
+        int sub = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+                         O_CLOEXEC);
 
-        unlink(file);
+        for (i = 0; sub >= 0 && i < ARRAY_SIZE(host_fake_cgroup_files);
+             i++) {
+            unlinkat(sub, host_fake_cgroup_files[i], 0);
+        }
+        if (sub >= 0) {
+            close(sub);
+        }
+        ret = unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
     }
-    return rmdir(full) < 0 ? -errno : 0;
+out:
+    close(dfd);
+    return ret;
 }
 
 bool hpkvm_host_exists(const HpkvmHost *h, const char *path)
@@ -194,6 +332,47 @@ bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
         return false;
     }
     return hpkvm_cpuset_parse(text, cpus, path, errp);
+}
+
+char *hpkvm_host_cpuset_mount(const HpkvmHost *h, bool *v2)
+{
+    g_autofree char *mounts = NULL;
+    g_auto(GStrv) lines = NULL;
+    char *mount = NULL;
+    int i;
+
+    *v2 = false;
+    if (hpkvm_host_read(h, "/proc/mounts", &mounts) < 0) {
+        return NULL;
+    }
+    lines = g_strsplit(mounts, "\n", -1);
+    for (i = 0; lines[i]; i++) {
+        g_auto(GStrv) f = g_strsplit(lines[i], " ", 6);
+        g_auto(GStrv) opts = NULL;
+
+        if (g_strv_length(f) < 4) {
+            continue;
+        }
+        if (!strcmp(f[2], "cgroup")) {
+            opts = g_strsplit(f[3], ",", -1);
+            if (g_strv_contains((const char * const *)opts, "cpuset")) {
+                g_free(mount);
+                *v2 = false;
+                return g_strdup(f[1]);  /* a v1 cpuset is not in v2 */
+            }
+        } else if (!strcmp(f[2], "cgroup2") && !mount) {
+            g_autofree char *ctl = g_strconcat(f[1], "/cgroup.controllers",
+                                               NULL);
+            g_autofree char *text = NULL;
+
+            if (hpkvm_host_read(h, ctl, &text) == 0 &&
+                strstr(text, "cpuset")) {
+                mount = g_strdup(f[1]);
+                *v2 = true;
+            }
+        }
+    }
+    return mount;
 }
 
 static gint compare_pid(gconstpointer a, gconstpointer b)

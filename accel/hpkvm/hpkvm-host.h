@@ -3,8 +3,12 @@
  *
  * Every host path hpkvm reads or changes (/proc, /sys, the cgroup
  * mounts, /run/hpkvm) is taken relative to a root, "/" on a real host
- * and a fake tree in tests.  What cannot be done through files, setting
- * another task's CPU affinity, is an operation of the host: the real
+ * and a fake tree in tests.  A path hpkvm changes is walked one
+ * component at a time from the root, following no symbolic link and
+ * refusing "." and "..", and a file is never created by a write: what
+ * hpkvm is asked to change is exactly the kernel file its name says.
+ * What cannot be done through files, setting another task's CPU
+ * affinity, is an operation of the host: the real
  * syscall when the root is "/", none (refused, reported) in a fake tree
  * unless a test supplies one.
  *
@@ -46,12 +50,27 @@ void hpkvm_host_cleanup(HpkvmHost *h);
 /* @path, absolute on the host, inside the root. */
 char *hpkvm_host_path(const HpkvmHost *h, const char *path);
 
+/*
+ * The directory holding the last component of @path, opened (O_PATH)
+ * without following symbolic links, and that component's name in
+ * @name; -errno if a component is missing, a link, "." or "..".
+ */
+int hpkvm_host_open_parent(const HpkvmHost *h, const char *path,
+                           char **name);
+/* openat(2) of @path under the root, with the same walk: fd or -errno. */
+int hpkvm_host_open(const HpkvmHost *h, const char *path, int flags,
+                    mode_t mode);
+
 /* File access under the root; each returns 0 or -errno. */
 int hpkvm_host_read(const HpkvmHost *h, const char *path, char **text);
 int hpkvm_host_write(const HpkvmHost *h, const char *path, const char *text);
-/* Adds a line: cgroup.procs on a real host, a log of moves in a fake one */
+/*
+ * Adds a line: cgroup.procs on a real host, a log of moves in a fake
+ * one.  Writes and appends need the file to exist (ENOENT otherwise).
+ */
 int hpkvm_host_append(const HpkvmHost *h, const char *path,
                       const char *text);
+/* In a fake tree, also creates the control files cgroupfs would. */
 int hpkvm_host_mkdir(const HpkvmHost *h, const char *path);
 /* Removes a directory hpkvm created (a cgroup, or its fake stand-in). */
 int hpkvm_host_rmdir(const HpkvmHost *h, const char *path);
@@ -61,6 +80,12 @@ GStrv hpkvm_host_list(const HpkvmHost *h, const char *path);
 
 bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
                           HpkvmCpuSet *cpus, Error **errp);
+
+/*
+ * The cgroup hierarchy with the cpuset controller (a v1 one first, else
+ * cgroup2 with cpuset available), NULL if none; *v2 says which.
+ */
+char *hpkvm_host_cpuset_mount(const HpkvmHost *h, bool *v2);
 
 /* Processes (/proc/PID) and one process's threads, in numeric order. */
 GArray *hpkvm_host_pids(const HpkvmHost *h);

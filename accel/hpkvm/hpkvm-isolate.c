@@ -225,46 +225,6 @@ static bool reconcile_irqs(Reconcile *r, const HpkvmCpuSet *leased,
     return true;
 }
 
-/* Find the cgroup hierarchy with the cpuset controller, if any. */
-static void find_cpuset_mount(Reconcile *r)
-{
-    g_autofree char *mounts = NULL;
-    g_auto(GStrv) lines = NULL;
-    int i;
-
-    if (hpkvm_host_read(r->h, "/proc/mounts", &mounts) < 0) {
-        return;
-    }
-    lines = g_strsplit(mounts, "\n", -1);
-    for (i = 0; lines[i]; i++) {
-        g_auto(GStrv) f = g_strsplit(lines[i], " ", 6);
-        g_auto(GStrv) opts = NULL;
-
-        if (g_strv_length(f) < 4) {
-            continue;
-        }
-        if (!strcmp(f[2], "cgroup")) {
-            opts = g_strsplit(f[3], ",", -1);
-            if (g_strv_contains((const char * const *)opts, "cpuset")) {
-                g_free(r->mount);
-                r->mount = g_strdup(f[1]);
-                r->v2 = false;
-                return;     /* a v1 cpuset is not available in v2 */
-            }
-        } else if (!strcmp(f[2], "cgroup2") && !r->mount) {
-            g_autofree char *ctl = g_strconcat(f[1], "/cgroup.controllers",
-                                               NULL);
-            g_autofree char *text = NULL;
-
-            if (hpkvm_host_read(r->h, ctl, &text) == 0 &&
-                strstr(text, "cpuset")) {
-                r->mount = g_strdup(f[1]);
-                r->v2 = true;
-            }
-        }
-    }
-}
-
 /* The cgroup of a process in the cpuset hierarchy, "/" for the root. */
 static char *task_cgroup(Reconcile *r, pid_t pid)
 {
@@ -730,7 +690,7 @@ HpkvmIsolation *hpkvm_isolate_reconcile(const HpkvmIsolateRequest *req,
                    "one for the host");
         return NULL;
     }
-    find_cpuset_mount(&r);
+    r.mount = hpkvm_host_cpuset_mount(r.h, &r.v2);
     rep->method = !r.mount ? HPKVM_TASK_ISOLATION_AFFINITY :
                   r.v2 ? HPKVM_TASK_ISOLATION_CGROUP_V2 :
                   HPKVM_TASK_ISOLATION_CGROUP_V1;

@@ -2,8 +2,11 @@
  * hpkvm: the journal of host changes, and their undoing
  *
  * Before hpkvm changes anything on the host it appends the old value to
- * <state-dir>/host.journal and syncs it.  The journal is host-wide, like
- * the leases, and changed only under hpkvm_leases_lock_host(): it holds
+ * <state-dir>/host.journal (in the trusted state directory of
+ * hpkvm-state-dir.h) and syncs it.  Only the kinds of change hpkvm
+ * makes, with values of their shape, can be recorded or replayed.  The
+ * journal is host-wide, like the leases, and changed only under
+ * hpkvm_leases_lock_host(): it holds
  * the state from before the first lease, whichever VM made each change.
  * Replaying it, newest first, puts the host back as it was; that happens
  * when the last lease goes, whether its VM exited, was killed or the
@@ -49,10 +52,13 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
                           const char *old, Error **errp);
 
 /*
- * Undo every change, newest first, and empty the journal.  What could not
- * be undone (a task gone is not a failure) is appended to @failures.
+ * Undo every change, newest first.  What could not be undone stays in
+ * the journal, to be retried by the next replay, and is appended to
+ * @failures (a task, an IRQ or a cgroup gone is not a failure); the
+ * journal file is removed only when nothing is left.  True if nothing
+ * is left.
  */
-void hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures);
+bool hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures);
 
 /* Keys of the task records: a task is only touched if still the same. */
 char *hpkvm_journal_task_key(pid_t pid, pid_t tid, uint64_t start);

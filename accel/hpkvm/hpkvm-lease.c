@@ -10,21 +10,15 @@
 #include "qemu/cutils.h"
 #include "qapi/error.h"
 #include "hpkvm-lease.h"
+#include "hpkvm-state-dir.h"
 #include "trace.h"
 
-static char *lease_path(const HpkvmHost *h, const char *state_dir,
-                        const char *name)
+/* <state-dir>/leases, shown as in messages */
+static int lease_dir(const HpkvmHost *h, const char *state_dir, char **shown,
+                     Error **errp)
 {
-    g_autofree char *dir = g_strconcat(state_dir, "/leases", NULL);
-    g_autofree char *full = hpkvm_host_path(h, dir);
-
-    g_mkdir_with_parents(full, 0755);
-    return name ? g_build_filename(full, name, NULL) : g_steal_pointer(&full);
-}
-
-static int open_lock_file(const char *path)
-{
-    return qemu_open_old(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    *shown = g_strconcat(h->root, state_dir, "/leases", NULL);
+    return hpkvm_state_dir_open(h, state_dir, "leases", errp);
 }
 
 static int ofd_lock(int fd, int cmd, short type)
@@ -73,20 +67,24 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                        const char *state_dir, const HpkvmCpuSet *cores,
                        Error **errp)
 {
+    g_autofree char *dir = NULL;
+    int dfd = lease_dir(h, state_dir, &dir, errp);
     unsigned cpu;
 
+    if (dfd < 0) {
+        return false;
+    }
     /* Ascending order; a refusal releases what was taken. */
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         g_autofree char *name = g_strdup_printf("cpu%u", cpu);
-        g_autofree char *path = lease_path(h, state_dir, name);
         g_autofree char *pid = g_strdup_printf("%d\n", getpid());
-        int fd = open_lock_file(path);
+        int fd = hpkvm_state_file_open(dfd, dir, name, O_RDWR | O_CREAT,
+                                       errp);
         int ret;
 
         if (fd < 0) {
-            error_setg_errno(errp, errno, "hpkvm: cannot open the lease of "
-                             "host core %u, %s: check that the state-dir "
-                             "is writable", cpu, path);
+            error_prepend(errp, "hpkvm: cannot take the lease of host core "
+                          "%u: ", cpu);
             goto fail;
         }
         ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
@@ -100,14 +98,14 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                            "or stop that VM", cpu, owner);
             } else {
                 error_setg_errno(errp, -ret, "hpkvm: cannot lock the lease "
-                                 "of host core %u, %s", cpu, path);
+                                 "of host core %u, %s/%s", cpu, dir, name);
             }
             goto fail;
         }
         if (ftruncate(fd, 0) < 0 ||
             pwrite(fd, pid, strlen(pid), 0) != strlen(pid)) {
             error_setg_errno(errp, errno, "hpkvm: cannot write the lease "
-                             "of host core %u, %s", cpu, path);
+                             "of host core %u, %s/%s", cpu, dir, name);
             close(fd);
             goto fail;
         }
@@ -115,9 +113,11 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
         set_bit(cpu, l->held.bits);
         trace_hpkvm_lease_take(cpu, getpid());
     }
+    close(dfd);
     return true;
 
 fail:
+    close(dfd);
     hpkvm_leases_release(l);
     return false;
 }
@@ -164,16 +164,20 @@ void hpkvm_leases_release(HpkvmLeases *l)
     hpkvm_cpuset_clear(&l->held);
 }
 
-void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
-                       HpkvmLeaseMap *map)
+bool hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
+                       HpkvmLeaseMap *map, Error **errp)
 {
-    g_autofree char *dir = lease_path(h, state_dir, NULL);
-    g_autoptr(GDir) d = g_dir_open(dir, 0, NULL);
+    g_autofree char *dir = NULL;
+    int dfd = lease_dir(h, state_dir, &dir, errp);
+    g_autoptr(GDir) d = NULL;
     const char *name;
 
     memset(map, 0, sizeof(*map));
+    if (dfd < 0) {
+        return false;
+    }
+    d = g_dir_open(dir, 0, NULL);
     while (d && (name = g_dir_read_name(d))) {
-        g_autofree char *path = g_build_filename(dir, name, NULL);
         unsigned cpu;
         int fd;
 
@@ -182,7 +186,8 @@ void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
             cpu >= HPKVM_MAX_HOST_CPUS) {
             continue;
         }
-        fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
+        /* Only the files hpkvm made count: a planted one leases nothing */
+        fd = hpkvm_state_file_open(dfd, dir, name, O_RDWR, NULL);
         if (fd < 0) {
             continue;
         }
@@ -193,23 +198,29 @@ void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
         }
         close(fd);
     }
+    close(dfd);
+    return true;
 }
 
 int hpkvm_leases_lock_host(const HpkvmHost *h, const char *state_dir,
                            Error **errp)
 {
-    g_autofree char *path = lease_path(h, state_dir, "host.lock");
-    int fd = open_lock_file(path);
-    int ret;
+    g_autofree char *dir = NULL;
+    int dfd = lease_dir(h, state_dir, &dir, errp);
+    int fd, ret;
 
+    if (dfd < 0) {
+        return -1;
+    }
+    fd = hpkvm_state_file_open(dfd, dir, "host.lock", O_RDWR | O_CREAT,
+                               errp);
+    close(dfd);
     if (fd < 0) {
-        error_setg_errno(errp, errno, "hpkvm: cannot open %s: check that "
-                         "the state-dir is writable", path);
         return -1;
     }
     ret = ofd_lock(fd, F_OFD_SETLKW, F_WRLCK);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: cannot lock %s", path);
+        error_setg_errno(errp, -ret, "hpkvm: cannot lock %s/host.lock", dir);
         close(fd);
         return -1;
     }

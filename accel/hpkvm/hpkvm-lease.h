@@ -2,7 +2,8 @@
  * hpkvm: host-wide leases of host cores
  *
  * A core belongs to at most one VM at a time.  The lease on core N is an
- * open file description locking <state-dir>/leases/cpuN (an OFD lock):
+ * open file description locking <state-dir>/leases/cpuN (an OFD lock,
+ * in the trusted state directory of hpkvm-state-dir.h):
  * taking it cannot race, and the kernel drops it when the owner exits,
  * however it exits, so a lease never outlives its VM.  The file holds the
  * owner's pid, for messages and for the isolation of its threads.
@@ -37,8 +38,12 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
 bool hpkvm_leases_adopt(HpkvmLeases *l, unsigned cpu, int fd, Error **errp);
 void hpkvm_leases_release(HpkvmLeases *l);
 
-void hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
-                       HpkvmLeaseMap *map);
+/*
+ * Fills @map; false if the leases cannot be seen (then nothing may be
+ * decided from them: a core might be leased).
+ */
+bool hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
+                       HpkvmLeaseMap *map, Error **errp);
 
 /*
  * Serialises changes of the host's isolation between VMs (and the

@@ -209,7 +209,10 @@ static HpkvmIsolation *reconcile(HPKVMState *s, const HpkvmCpuSet *cores,
         return NULL;
     }
     map = g_new0(HpkvmLeaseMap, 1);
-    hpkvm_leases_scan(&s->host, s->state_dir, map);
+    if (!hpkvm_leases_scan(&s->host, s->state_dir, map, errp)) {
+        g_free(map);
+        return NULL;
+    }
     req = (HpkvmIsolateRequest) {
         .host = &s->host,
         .journal = j,
@@ -372,7 +375,9 @@ static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
     unsigned cpu;
 
     /* Default housekeeping: the cores no one leases. */
-    hpkvm_leases_scan(&s->host, s->state_dir, map);
+    if (!hpkvm_leases_scan(&s->host, s->state_dir, map, errp)) {
+        goto out;
+    }
     if (!s->housekeeping_opt) {
         hpkvm_cpuset_andnot(&s->housekeeping, &s->housekeeping, &map->leased);
     }

@@ -21,10 +21,11 @@ static void usage(const char *name)
 {
     printf("Usage: %s [--host-root=DIR] [--state-dir=DIR]\n"
            "Undo the host changes of hpkvm VMs that are gone.\n"
-           "  --host-root=DIR  where /proc, /sys and cgroups are (default "
-           "/)\n"
-           "  --state-dir=DIR  leases and journal, under the root (default "
-           "/run/hpkvm)\n", name);
+           "  --host-root=DIR  for tests: a fake tree standing for /proc, "
+           "/sys and cgroups\n"
+           "  --state-dir=DIR  for tests: leases and journal under a fake "
+           "root (a real host\n"
+           "                   has one, /run/hpkvm)\n", name);
 }
 
 int main(int argc, char **argv)
@@ -61,7 +62,7 @@ int main(int argc, char **argv)
     hpkvm_host_init(&host, root);
     lock = hpkvm_leases_lock_host(&host, state_dir, &error_fatal);
     j = hpkvm_journal_open(&host, state_dir, &error_fatal);
-    hpkvm_leases_scan(&host, state_dir, map);
+    hpkvm_leases_scan(&host, state_dir, map, &error_fatal);
     leased = hpkvm_cpuset_format(&map->leased);
     printf("journal %s%s: %s\n", host.root, hpkvm_journal_path(j),
            hpkvm_journal_empty(j) ? "empty" : "has changes");

@@ -234,8 +234,8 @@ def run_nested(build, accels, samples, sync, reps):
     from nested_host import L2_SHELL, run
     smp = 3
     args = {"kvm": "-accel kvm -cpu host",
-            "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0,"
-                     "state-dir=/run/hpkvm -cpu host"}
+            "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
+                     "-cpu host"}
     script = L2_SHELL + NESTED_PAYLOAD % {"smp": smp, "samples": samples, "sync": sync,
                                "frames": 7, "stats": json.dumps(STATS)}
     order = []

@@ -2,7 +2,9 @@
  * Unit tests of hpkvm's host isolation over fake host trees: IRQs, tasks
  * and cpusets moved off leased cores and restored exactly, the journal
  * replayed after a simulated crash, several VMs' leases together, and the
- * leases themselves.
+ * leases themselves; and that none of it can be turned against the host:
+ * forged or corrupted journals, planted symbolic links and an untrusted
+ * state directory never make hpkvm write where it should not.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -12,7 +14,9 @@
 #include "qemu/osdep.h"
 #include "qapi/error.h"
 #include "qapi/qapi-types-hpkvm.h"
+#include "qemu/crc32c.h"
 #include "accel/hpkvm/hpkvm-isolate.h"
+#include "accel/hpkvm/hpkvm-state-dir.h"
 
 #define PF_KTHREAD              0x00200000
 #define PF_NO_SETAFFINITY       0x04000000
@@ -519,17 +523,334 @@ static void test_leases(void)
     error_free(err);
     /* All or nothing: cores 0 and 1 were given back. */
     g_assert_true(hpkvm_cpuset_empty(&b.held));
-    hpkvm_leases_scan(&f.host, "/run/hpkvm", map);
+    g_assert_true(hpkvm_leases_scan(&f.host, "/run/hpkvm", map,
+                                    &error_abort));
     list = hpkvm_cpuset_format(&map->leased);
     g_assert_cmpstr(list, ==, "2-3");
     g_assert_cmpint(map->owner[2], ==, getpid());
 
     hpkvm_leases_release(&a);
-    hpkvm_leases_scan(&f.host, "/run/hpkvm", map);
+    g_assert_true(hpkvm_leases_scan(&f.host, "/run/hpkvm", map,
+                                    &error_abort));
     g_assert_true(hpkvm_cpuset_empty(&map->leased));
     g_assert_true(hpkvm_leases_take(&b, &f.host, "/run/hpkvm", &cores,
                                     &error_abort));
     hpkvm_leases_release(&b);
+    destroy_host(&f);
+    g_free(map);
+}
+
+
+/* A journal record as hpkvm writes it, checksum included. */
+static char *record(char kind, const char *key, const char *old)
+{
+    g_autofree char *body = g_strdup_printf("%c\t%s\t%s", kind, key, old);
+
+    return g_strdup_printf("%s\t%08x\n", body,
+                           crc32c(0xffffffff, (const uint8_t *)body,
+                                  strlen(body)));
+}
+
+static void put_journal(Fixture *f, const char *text)
+{
+    g_autofree char *dir = g_strconcat(f->root, "/run/hpkvm", NULL);
+
+    g_assert_cmpint(g_mkdir_with_parents(dir, 0700), ==, 0);
+    g_assert_cmpint(chmod(dir, 0700), ==, 0);
+    put(f, "/run/hpkvm/host.journal", text);
+}
+
+static int count_lines(const char *text)
+{
+    int n = 0;
+
+    for (; text && *text; text++) {
+        n += *text == '\n';
+    }
+    return n;
+}
+
+/*
+ * Forged and corrupted records: none is ever carried out, whatever its
+ * path or value; the one genuine record still is.
+ */
+static void test_journal_forged(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) off = NULL;
+    g_autoptr(GString) j = g_string_new("");
+    g_autofree char *flipped = record('W', "/proc/irq/10/smp_affinity_list",
+                                      "0-3");
+    g_autofree char *rejected = NULL;
+    g_autofree char *shadow = NULL;
+    static const char *const forged[][3] = {
+        { "W", "/etc/shadow", "0-3" },
+        { "W", "/proc/irq/10/../../../etc/shadow", "0-3" },
+        { "W", "/proc/irq//10/smp_affinity_list", "0-3" },
+        { "W", "/proc/irq/10/smp_affinity_list", "root::0:" },
+        { "W", "/proc/irq/default_smp_affinity", "zz" },
+        { "W", "/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3" },
+        { "W", "/sys/fs/cgroup/cpuset/../../../etc/cpuset.cpus", "0-3" },
+        { "D", "/etc", "/sys/fs/cgroup/cpuset/cgroup.procs" },
+        { "D", "/sys/fs/cgroup/cpuset/hpkvm.host", "/etc/shadow" },
+        { "C", "/sys/fs/cgroup/cpuset/cgroup.subtree_control", "cpuset" },
+        { "P", "100/100:1100", "/etc/shadow" },
+        { "P", "100/100:1100x", "/sys/fs/cgroup/cpuset/cgroup.procs" },
+        { "A", "2/2:1002", "" },
+        { "A", "-1/2:1002", "0-3" },
+        { "X", "/proc/irq/10/smp_affinity_list", "0-3" },
+    };
+    int i;
+
+    make_host(&f, CGROUP_V1);
+    put(&f, "/etc/shadow", "precious\n");
+    for (i = 0; i < ARRAY_SIZE(forged); i++) {
+        g_autofree char *line = record(forged[i][0][0], forged[i][1],
+                                       forged[i][2]);
+
+        g_string_append(j, line);
+    }
+    /* A flipped byte in a genuine record: its checksum fails. */
+    flipped[strlen("W\t/proc/irq/10/smp_affinity_list\t0-")] = '1';
+    g_string_append(j, flipped);
+    /* An older hpkvm's record, without a checksum. */
+    g_string_append(j, "W\t/proc/irq/10/smp_affinity_list\t0\n");
+    /* A genuine record, for a file that exists and one that does not. */
+    g_string_append(j, record('W', "/proc/irq/12/smp_affinity_list", "0"));
+    g_string_append(j, record('W', "/sys/fs/cgroup/cpuset/gone/cpuset.cpus",
+                              "0-1"));
+    g_string_append(j, record('W', "/sys/fs/cgroup/cpuset/bare/cpuset.cpus",
+                              "0-1"));
+    put(&f, "/sys/fs/cgroup/cpuset/bare/.keep", "");
+    put_journal(&f, j->str);
+
+    off = reconcile(&f, none, "");
+    shadow = get(&f, "/etc/shadow");
+    g_assert_cmpstr(shadow, ==, "precious");
+    assert_file(&f, "/proc/irq/10/smp_affinity_list", "0-3");
+    assert_file(&f, "/proc/irq/default_smp_affinity", "f");
+    assert_file(&f, "/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3");
+    assert_file(&f, "/proc/irq/12/smp_affinity_list", "0");
+    /* Restoring never creates a file. */
+    g_assert_false(exists(&f, "/sys/fs/cgroup/cpuset/gone"));
+    g_assert_false(exists(&f, "/sys/fs/cgroup/cpuset/bare/cpuset.cpus"));
+    g_assert_false(exists(&f, "/run/hpkvm/host.journal"));
+    rejected = get(&f, "/run/hpkvm/host.journal.rejected");
+    g_assert_cmpint(count_lines(rejected) + 1, ==, ARRAY_SIZE(forged) + 2);
+    destroy_host(&f);
+    g_free(none);
+}
+
+/* hpkvm refuses to journal, so to make, a change outside its list. */
+static void test_journal_record_refused(void)
+{
+    Fixture f;
+    g_autoptr(HpkvmJournal) j = NULL;
+    Error *err = NULL;
+
+    make_host(&f, CGROUP_V1);
+    j = hpkvm_journal_open(&f.host, "/run/hpkvm", &error_abort);
+    g_assert_false(hpkvm_journal_record(j, HPKVM_UNDO_WRITE, "/etc/shadow",
+                                        "x", &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), "refusing"));
+    error_free(err);
+    g_assert_true(hpkvm_journal_empty(j));
+    destroy_host(&f);
+}
+
+/* A torn last line is dropped, so the next record is not merged into it */
+static void test_journal_torn_then_append(void)
+{
+    Fixture f;
+    g_autoptr(HpkvmJournal) j = NULL, again = NULL;
+    const char *irq = "/proc/irq/12/smp_affinity_list";
+
+    make_host(&f, CGROUP_V1);
+    put_journal(&f, "W\t/proc/irq/10/smp_affinity_list\t0-");
+    j = hpkvm_journal_open(&f.host, "/run/hpkvm", &error_abort);
+    g_assert_true(hpkvm_journal_empty(j));
+    g_assert_true(hpkvm_journal_record(j, HPKVM_UNDO_WRITE, irq, "0-1",
+                                       &error_abort));
+    again = hpkvm_journal_open(&f.host, "/run/hpkvm", &error_abort);
+    g_assert_cmpstr(hpkvm_journal_original(again, HPKVM_UNDO_WRITE, irq),
+                    ==, "0-1");
+    destroy_host(&f);
+}
+
+/* Links planted where hpkvm writes are never followed. */
+static void test_journal_links(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, off = NULL;
+    g_autofree char *link = NULL, *target = NULL, *dirlink = NULL;
+    g_autofree char *victim = NULL, *dirvictim = NULL;
+    HpkvmCoreIsolation *c2;
+
+    make_host(&f, CGROUP_V1);
+    /* Contents that parse, so that only the link can stop the write. */
+    put(&f, "/etc/victim", "0-3\n");
+    put(&f, "/etc/irqdir/smp_affinity_list", "0-3\n");
+    link = g_strconcat(f.root, "/proc/irq/10/smp_affinity_list", NULL);
+    target = g_strconcat(f.root, "/etc/victim", NULL);
+    g_assert_cmpint(unlink(link), ==, 0);
+    g_assert_cmpint(symlink(target, link), ==, 0);
+    dirlink = g_strconcat(f.root, "/proc/irq/13", NULL);
+    g_free(target);
+    target = g_strconcat(f.root, "/etc/irqdir", NULL);
+    g_assert_cmpint(symlink(target, dirlink), ==, 0);
+
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    c2 = rep->cores->value;
+    g_assert_true(str_in(c2->irqs_left, "10"));
+    g_assert_true(str_in(c2->irqs_left, "13"));
+    off = reconcile(&f, none, "");
+    victim = get(&f, "/etc/victim");
+    dirvictim = get(&f, "/etc/irqdir/smp_affinity_list");
+    g_assert_cmpstr(victim, ==, "0-3");
+    g_assert_cmpstr(dirvictim, ==, "0-3");
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
+/* A planted lease file is refused; its target is not truncated. */
+static void test_lease_link(void)
+{
+    Fixture f;
+    HpkvmLeases l;
+    HpkvmCpuSet cores;
+    Error *err = NULL;
+    g_autofree char *link = NULL, *target = NULL, *victim = NULL;
+
+    make_host(&f, CGROUP_V1);
+    put(&f, "/etc/victim", "keep\n");
+    g_assert_cmpint(hpkvm_state_dir_open(&f.host, "/run/hpkvm", "leases",
+                                         &error_abort), >=, 0);
+    link = g_strconcat(f.root, "/run/hpkvm/leases/cpu2", NULL);
+    target = g_strconcat(f.root, "/etc/victim", NULL);
+    g_assert_cmpint(symlink(target, link), ==, 0);
+    hpkvm_leases_init(&l);
+    hpkvm_cpuset_parse("2", &cores, "t", &error_abort);
+    g_assert_false(hpkvm_leases_take(&l, &f.host, "/run/hpkvm", &cores,
+                                     &err));
+    g_assert_nonnull(strstr(error_get_pretty(err), "cpu2"));
+    error_free(err);
+    victim = get(&f, "/etc/victim");
+    g_assert_cmpstr(victim, ==, "keep");
+    destroy_host(&f);
+}
+
+static void assert_state_dir_refused(Fixture *f, const char *want)
+{
+    Error *err = NULL;
+
+    g_assert_null(hpkvm_journal_open(&f->host, "/run/hpkvm", &err));
+    g_assert_nonnull(err);
+    if (!strstr(error_get_pretty(err), want)) {
+        g_error("'%s' does not say '%s'", error_get_pretty(err), want);
+    }
+    error_free(err);
+}
+
+/* The state directory is used only if it is ours and closed to others. */
+static void test_state_dir_trust(void)
+{
+    Fixture f;
+    g_autofree char *dir = NULL, *elsewhere = NULL;
+    int fd;
+
+    make_host(&f, CGROUP_V1);
+    dir = g_strconcat(f.root, "/run/hpkvm", NULL);
+    fd = hpkvm_state_dir_open(&f.host, "/run/hpkvm", NULL, &error_abort);
+    g_assert_cmpint(fd, >=, 0);
+    close(fd);
+
+    g_assert_cmpint(chmod(dir, 0755), ==, 0);
+    assert_state_dir_refused(&f, "mode 0755");
+    g_assert_cmpint(chmod(dir, 0700), ==, 0);
+    /* Needs root, which the CI machine has: not skipped there. */
+    g_assert_cmpint(geteuid(), ==, 0);
+    g_assert_cmpint(chown(dir, 65534, 65534), ==, 0);
+    assert_state_dir_refused(&f, "belongs to uid 65534");
+    g_assert_cmpint(chown(dir, 0, 0), ==, 0);
+    /* A link, even to a directory that would pass. */
+    elsewhere = g_strconcat(f.root, "/elsewhere", NULL);
+    g_assert_cmpint(rename(dir, elsewhere), ==, 0);
+    g_assert_cmpint(symlink(elsewhere, dir), ==, 0);
+    assert_state_dir_refused(&f, "symbolic link");
+    destroy_host(&f);
+}
+
+/* A root naming the real "/" in another way is the real host. */
+static void test_host_root_real(void)
+{
+    static const char *const reals[] = { "/", "//", "/tmp/..", "/./" };
+    g_autofree char *tmp = g_dir_make_tmp("hpkvm-root-XXXXXX", NULL);
+    HpkvmHost h;
+    Error *err = NULL;
+    int i;
+
+    for (i = 0; i < ARRAY_SIZE(reals); i++) {
+        hpkvm_host_init(&h, reals[i]);
+        g_assert_true(h.real);
+        g_assert_nonnull(h.set_affinity);
+        /* Where a second lease domain could lease a core twice. */
+        g_assert_cmpint(hpkvm_state_dir_open(&h, "/tmp/hpkvm-elsewhere",
+                                             NULL, &err), <, 0);
+        g_assert_nonnull(strstr(error_get_pretty(err), "x-state-dir"));
+        g_clear_pointer(&err, error_free);
+        hpkvm_host_cleanup(&h);
+    }
+    hpkvm_host_init(&h, tmp);
+    g_assert_false(h.real);
+    g_assert_null(h.set_affinity);
+    hpkvm_host_cleanup(&h);
+    rmdir(tmp);
+}
+
+/*
+ * A restore that fails is kept and retried: hpkvm.host cannot go while
+ * something is in it; once it can, the next replay removes it, and only
+ * then the journal.
+ */
+static void test_journal_retry(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, off = NULL;
+    g_autoptr(HpkvmJournal) j = NULL;
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    g_autofree char *child = g_strconcat(CG, "/hpkvm.host/child", NULL);
+    g_autofree char *full = NULL;
+    HpkvmIsolateRequest req = { .host = &f.host };
+    HpkvmLeaseMap none = { 0 };
+
+    make_host(&f, CGROUP_V1);
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    full = g_strconcat(f.root, child, NULL);
+    g_assert_cmpint(mkdir(full, 0755), ==, 0);
+
+    j = hpkvm_journal_open(&f.host, "/run/hpkvm", &error_abort);
+    req.journal = j;
+    req.leases = &none;
+    off = hpkvm_isolate_reconcile(&req, failures, &error_abort);
+    g_assert_cmpuint(failures->len, ==, 1);
+    g_assert_nonnull(strstr(g_ptr_array_index(failures, 0), "hpkvm.host"));
+    g_assert_nonnull(strstr(g_ptr_array_index(failures, 0), "retried"));
+    /* Everything else is back; the failed one is still journaled. */
+    assert_file(&f, "/proc/irq/10/smp_affinity_list", "0-3");
+    g_assert_true(exists(&f, "/run/hpkvm/host.journal"));
+    g_clear_pointer(&off, qapi_free_HpkvmIsolation);
+    g_clear_pointer(&j, hpkvm_journal_close);
+
+    g_assert_cmpint(rmdir(full), ==, 0);
+    off = reconcile(&f, &none, "");
+    assert_original(&f);
     destroy_host(&f);
     g_free(map);
 }
@@ -547,5 +868,15 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm/isolate/two-vms", test_two_vms);
     g_test_add_func("/hpkvm/isolate/no-affinity-op", test_no_affinity_op);
     g_test_add_func("/hpkvm/isolate/leases", test_leases);
+    g_test_add_func("/hpkvm/journal/forged", test_journal_forged);
+    g_test_add_func("/hpkvm/journal/record-refused",
+                    test_journal_record_refused);
+    g_test_add_func("/hpkvm/journal/torn-then-append",
+                    test_journal_torn_then_append);
+    g_test_add_func("/hpkvm/journal/retry", test_journal_retry);
+    g_test_add_func("/hpkvm/journal/links", test_journal_links);
+    g_test_add_func("/hpkvm/journal/lease-link", test_lease_link);
+    g_test_add_func("/hpkvm/journal/state-dir-trust", test_state_dir_trust);
+    g_test_add_func("/hpkvm/journal/host-root-real", test_host_root_real);
     return g_test_run();
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""hpkvm's dedicated cores against a fake host tree (host-root=): every
+"""hpkvm's dedicated cores against a fake host tree (x-host-root=): every
 refusal of host-cpus=/housekeeping-cpus=, isolation applied and restored
 exactly on quit, after SIGKILL by qemu-hpkvm-recover and by the next VM,
 and 50 QEMUs racing for one core.  The vCPU threads are real: cores 0 and
@@ -22,7 +22,7 @@ tests = hostlib.TapSuite()
 
 
 def fake_accel(root, extra=""):
-    return (f"hpkvm,host-root={root},state-dir=/run/hpkvm,host-cpus=1,"
+    return (f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm,host-cpus=1,"
             f"housekeeping-cpus=0{extra}")
 
 
@@ -32,7 +32,7 @@ def refusals_name_the_core_and_the_fix():
         root = os.path.join(tmp, "host")
         hostlib.make_fake_host(root)
         before = hostlib.snapshot_tree(root)
-        base = f"hpkvm,host-root={root},state-dir=/run/hpkvm"
+        base = f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm"
         cases = [
             ("host-cpus=x", 1, "host-cpus: 'x' is not a CPU list"),
             ("host-cpus=9", 1, "host core 9 does not exist (this host has "

@@ -4,7 +4,7 @@
 
 The guest runs the soak workload (memory pattern and timer checks, round
 after round) and must finish with its pass line on the destination.
-Each side is a host of its own: a fake host tree (host-root=) with its
+Each side is a host of its own: a fake host tree (x-host-root=) with its
 own leases and journal; the vCPU threads are real.  Prints TAP."""
 
 import json
@@ -23,7 +23,7 @@ tests = hostlib.TapSuite()
 
 
 def accel(root, extra=""):
-    return (f"hpkvm,host-root={root},state-dir=/run/hpkvm,host-cpus=1,"
+    return (f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm,host-cpus=1,"
             f"housekeeping-cpus=0{extra}")
 
 

@@ -121,6 +121,7 @@ def each_problem_is_found_with_its_fix():
              "../../drivers/igbvf")
         hostlib.write(root, "/proc/mounts", "proc /proc proc rw 0 0\n")
         hostlib.write(root, "/run/hpkvm/host.journal", "W\t/x\t1\n")
+        os.chmod(r("/run/hpkvm"), 0o700)
         rc, ready, by = check(root, "--host-cpus=3-4",
                               "--vhost-user-socket=/run/vs0")
         assert rc == 1 and not ready, rc
@@ -142,6 +143,13 @@ def each_problem_is_found_with_its_fix():
         expect(by, "numa", "warn", "within one NUMA node")
         expect(by, "cgroup-cpuset", "warn", "cgroup v2")
         expect(by, "host-changes", "warn", "qemu-hpkvm-recover")
+
+        # A state directory others may change is not trusted, and said so.
+        os.chmod(r("/run/hpkvm"), 0o755)
+        _, _, by = check(root, "--host-cpus=3-4")
+        expect(by, "host-changes", "warn", "remove it while no hpkvm VM runs")
+        assert "mode 0755" in by["host-changes"][0]["message"]
+        os.chmod(r("/run/hpkvm"), 0o700)
 
         human = subprocess.run([CHECK, f"--host-root={root}"],
                                capture_output=True, text=True, timeout=30)

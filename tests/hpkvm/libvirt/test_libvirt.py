@@ -71,7 +71,7 @@ def private_libvirt(state):
 
 def recover():
     """A domain that died without QEMU's exit leaves its host changes."""
-    sh(hostlib.RECOVER, f"--state-dir={STATE}/hpkvm", check=False)
+    sh(hostlib.RECOVER, check=False)
 
 
 def stop_libvirt(state, cgroups_before):
@@ -138,8 +138,7 @@ def domain_xml(name, vcpupin, emulatorpin, accel):
 
 
 def accel(extra=""):
-    return (f"hpkvm,host-cpus=1,housekeeping-cpus=0,dynamic-isolation=on,"
-            f"state-dir={STATE}/hpkvm{extra}")
+    return f"hpkvm,host-cpus=1,housekeeping-cpus=0,dynamic-isolation=on{extra}"
 
 
 def define(name, vcpupin, emulatorpin):

@@ -394,7 +394,7 @@ def restored(before, after):
 
 @test
 def dedicated_cores_isolated_and_restored_on_a_real_kernel():
-    accel = ("hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,state-dir=/run/hs,"
+    accel = ("hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,"
              "dynamic-isolation=on")
     res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
@@ -420,7 +420,7 @@ guest_qemu -accel %(accel)s -cpu host || exit 1
 kill -9 $qemu_pid
 wait_qemu
 snap killed
-qemu-hpkvm-recover --state-dir=/run/hs
+qemu-hpkvm-recover
 echo "recover: $?"
 snap recovered
 kill $other
