@@ -541,6 +541,31 @@ static bool move_process(Reconcile *r, const HpkvmTask *t, Error **errp)
     return true;
 }
 
+/*
+ * A VM's QEMU started from a shell that isolation had moved into
+ * hpkvm.host was born there, off the cores it now leases, and could
+ * never bind its vCPUs: it goes back to the root cgroup, where it would
+ * have been born without isolation.  That is where the restore puts
+ * every task of hpkvm.host anyway, so there is nothing to journal.
+ */
+static void owner_leave_host_group(Reconcile *r, const HpkvmTask *t)
+{
+    g_autofree char *cg = task_cgroup(r, t->pid);
+    g_autofree char *root = NULL, *pid = NULL;
+    int ret;
+
+    if (g_strcmp0(cg, "/" HOST_GROUP)) {
+        return;
+    }
+    root = g_strconcat(r->mount, "/cgroup.procs", NULL);
+    pid = g_strdup_printf("%d", t->pid);
+    ret = hpkvm_host_append(r->h, root, pid);
+    trace_hpkvm_isolate_move(t->pid, t->comm, ret);
+    if (ret < 0) {
+        task_left(r, t, "a VM born in " HOST_GROUP " cannot leave it");
+    }
+}
+
 static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
                             Error **errp)
 {
@@ -565,7 +590,13 @@ static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
         HpkvmCpuSet taken;
         HpkvmTask t;
 
-        if (pid == r->req->self || !hpkvm_host_task(r->h, pid, pid, &t)) {
+        if (!hpkvm_host_task(r->h, pid, pid, &t)) {
+            continue;
+        }
+        if (owner && r->mount) {
+            owner_leave_host_group(r, &t);
+        }
+        if (pid == r->req->self) {
             continue;
         }
         if (t.kthread) {

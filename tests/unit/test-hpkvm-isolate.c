@@ -855,6 +855,41 @@ static void test_journal_retry(void)
     g_free(map);
 }
 
+/*
+ * A QEMU started from a shell isolation moved into hpkvm.host is born
+ * there, off its own cores: when it leases them it goes back to the root
+ * cgroup (where restoring would put it), while the shell stays.
+ */
+static void test_owner_leaves_host_group(gconstpointer opaque)
+{
+    Fixture f;
+    HpkvmLeaseMap *first = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *both = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) r1 = NULL, r2 = NULL, off = NULL;
+    g_autofree char *root_procs = NULL;
+
+    make_host(&f, (Flavour)GPOINTER_TO_INT(opaque));
+    root_procs = cg_path(&f, "/cgroup.procs");
+    lease(first, "2", 500);
+    put_task(&f, 500, "qemu-a", 0, "0-3", "/");
+    r1 = reconcile(&f, first, "2");
+    g_assert_false(line_in(&f, root_procs, "700"));
+    /* The shell (100) was moved; the second VM is its child. */
+    put_task(&f, 700, "qemu-b", 0, "0-1", "/" "hpkvm.host");
+    lease(both, "2", 500);
+    lease(both, "3", 700);
+    r2 = reconcile(&f, both, "3");
+    g_assert_true(line_in(&f, root_procs, "700"));
+    g_assert_false(line_in(&f, root_procs, "100"));
+    off = reconcile(&f, none, "");
+    assert_original(&f);
+    destroy_host(&f);
+    g_free(first);
+    g_free(both);
+    g_free(none);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -864,6 +899,12 @@ int main(int argc, char **argv)
                          GINT_TO_POINTER(CGROUP_V2), test_isolate_restore);
     g_test_add_data_func("/hpkvm/isolate/affinity",
                          GINT_TO_POINTER(NO_CPUSET), test_isolate_restore);
+    g_test_add_data_func("/hpkvm/isolate/owner-leaves-host-group/v1",
+                         GINT_TO_POINTER(CGROUP_V1),
+                         test_owner_leaves_host_group);
+    g_test_add_data_func("/hpkvm/isolate/owner-leaves-host-group/v2",
+                         GINT_TO_POINTER(CGROUP_V2),
+                         test_owner_leaves_host_group);
     g_test_add_func("/hpkvm/isolate/crash-replay", test_crash_replay);
     g_test_add_func("/hpkvm/isolate/two-vms", test_two_vms);
     g_test_add_func("/hpkvm/isolate/no-affinity-op", test_no_affinity_op);
