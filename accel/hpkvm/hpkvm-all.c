@@ -156,6 +156,13 @@ static int hpkvm_init_machine(MachineState *ms)
     hpkvm_arch_init_machine(s);
     ret = hc->parent_init_machine(ms);
     if (ret < 0) {
+        /*
+         * QEMU goes on with the next -accel entry and frees this object:
+         * nothing of hpkvm's may stay, on the host or registered.
+         */
+        hpkvm_arch_kvm_failed(s);
+        hpkvm_migration_undo(s);
+        hpkvm_placement_undo(s);
         return ret;
     }
     hpkvm_arch_kvm_ready(s);

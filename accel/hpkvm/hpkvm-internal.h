@@ -39,6 +39,7 @@ struct HPKVMState {
     int kernel_version;         /* 0: unpatched KVM */
     uint32_t disabled_exits;    /* KVM_X86_DISABLE_EXITS_* granted */
     bool realtime_hint;
+    bool cpu_pm_before;         /* enable_cpu_pm before hpkvm set it */
     int64_t halt_poll_ns;       /* -1: the kernel's default */
     uint64_t irte_direct;       /* VFIO MSI programmings sent direct */
     uint64_t irte_fallback;     /* ... and left to KVM's delivery */
@@ -51,16 +52,20 @@ struct HPKVMState {
     OnOffAuto dynamic_isolation;
     HpkvmHost host;
     HpkvmCpuSet housekeeping;
+    unsigned max_vcpus;         /* -smp maxcpus */
     unsigned *vcpu_core;        /* by cpu_index: the i-th of host-cpus */
     int *vcpu_tid;              /* by cpu_index; 0 until bound */
-    bool *vcpu_deferred;        /* its cpuset excluded its core at first */
+    bool *vcpu_deferred;        /* not bound yet: bind before it runs */
     unsigned nr_cores;
     HpkvmLeases *leases;        /* NULL without host-cpus= */
     HpkvmIsolation *isolation;
     bool isolated;              /* this VM's leases are in the host state */
     bool first_run_checked;     /* pinning by others checked at first run */
     QEMUTimer *settle_timer;    /* KVM's own workers to housekeeping */
+    HpkvmCpuSet start_affinity; /* QEMU's threads' before hpkvm's moves */
+    bool threads_pinned;        /* ... which moved them */
     Notifier exit_notifier;
+    VMChangeStateEntry *vm_state_entry;
 
     /* Migration (hpkvm-migration.c) */
     int64_t guest_tsc_khz;      /* 0: unknown */
@@ -96,17 +101,35 @@ HpkvmInfo *hpkvm_report(HPKVMState *s);
  * each vCPU thread to its core when it is created; undo at exit.
  */
 bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp);
+/*
+ * What a vCPU's bind needs and can be checked before its thread exists
+ * (its core, still leased and online), for device_add to fail instead.
+ */
+bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp);
+/* A bind that fails stops the VM (internal-error), saying why. */
 void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu);
 void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info);
 /* Give the cores back and reconcile the host, as at exit. */
 void hpkvm_placement_release(HPKVMState *s, const char *why);
+/*
+ * KVM's initialisation failed after hpkvm_placement_init(): undo it all
+ * (leases, host, QEMU's threads) and unregister, before QEMU drops the
+ * accelerator for the next -accel entry.
+ */
+void hpkvm_placement_undo(HPKVMState *s);
 
 /* hpkvm-migration.c: the "hpkvm" migration section, lease hand-over. */
 void hpkvm_migration_init(HPKVMState *s);
+/* Unregisters both, when KVM's initialisation failed. */
+void hpkvm_migration_undo(HPKVMState *s);
 void hpkvm_placement_finalize(HPKVMState *s);
 
-/* Per target: called before and after KVM's machine initialisation. */
+/*
+ * Per target: called before and after KVM's machine initialisation, and
+ * instead of the latter if it failed.
+ */
 void hpkvm_arch_init_machine(HPKVMState *s);
 void hpkvm_arch_kvm_ready(HPKVMState *s);
+void hpkvm_arch_kvm_failed(HPKVMState *s);
 
 #endif

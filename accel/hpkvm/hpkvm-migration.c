@@ -179,3 +179,10 @@ void hpkvm_migration_init(HPKVMState *s)
     vmstate_register(NULL, 0, &vmstate_hpkvm, s);
     migration_add_notifier(&s->migration_notifier, hpkvm_migration_event);
 }
+
+void hpkvm_migration_undo(HPKVMState *s)
+{
+    /* Both point into @s, which QEMU frees for the next -accel entry. */
+    vmstate_unregister(NULL, &vmstate_hpkvm, s);
+    migration_remove_notifier(&s->migration_notifier);
+}

@@ -8,8 +8,13 @@
  * host's isolation, then QEMU's threads to the housekeeping cores.  Each
  * vCPU thread is bound to its core from its own thread before it first
  * enters the guest (hot-plugged ones too: host-cpus= must cover
- * -smp maxcpus).  At exit the leases go and the host is reconciled with
+ * -smp maxcpus).  What cannot be so (a bind the kernel refuses, pinning
+ * by a manager that contradicts host-cpus=) stops the VM, not QEMU,
+ * with the reason and the fix; a CPU whose core is gone is refused at
+ * device_add.  At exit the leases go and the host is reconciled with
  * the leases left; see hpkvm-isolate.h for the undoing after a crash.
+ * If KVM's own initialisation fails after this, all of it is undone
+ * before QEMU tries the next -accel entry.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -83,9 +88,69 @@ static bool is_vcpu_thread(HPKVMState *s, pid_t tid)
     return false;
 }
 
+typedef struct BindWork {
+    HPKVMState *s;
+    bool may_defer;
+    int ret;
+    bool deferred;
+} BindWork;
+
+/* On the vCPU's own thread, which has not entered the guest yet. */
+static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
+{
+    BindWork *w = data.host_ptr;
+    HPKVMState *s = w->s;
+    unsigned core = s->vcpu_core[cpu->cpu_index];
+    HpkvmCpuSet one;
+    int kernel_ret = 0;
+
+    hpkvm_cpuset_clear(&one);
+    set_bit(core, one.bits);
+    w->ret = pin_thread(0, &one);
+    if (w->ret == -EINVAL && w->may_defer) {
+        /*
+         * The thread's cpuset excludes its core: a manager (libvirt) put
+         * QEMU in a cgroup of its own and moves each vCPU thread to its
+         * vcpupin cgroup once QEMU reported it.  Bind at the first run.
+         */
+        w->deferred = true;
+        w->ret = 0;
+    } else if (!w->ret &&
+               s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
+        kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
+        w->ret = kernel_ret;
+    }
+    s->vcpu_tid[cpu->cpu_index] = qemu_get_thread_id();
+    trace_hpkvm_bind_vcpu(cpu->cpu_index, core, s->vcpu_tid[cpu->cpu_index],
+                          kernel_ret);
+}
+
+/*
+ * @cpu's thread onto its core and, where the kernel granted exclusive
+ * cores, bound there by the kernel; or, if @may_defer, left for the first
+ * run when its cpuset does not allow the core yet.
+ */
+static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
+                           Error **errp)
+{
+    BindWork w = { .s = s, .may_defer = may_defer };
+
+    run_on_cpu(cpu, bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
+    /* Not bound yet: bound again before the guest runs. */
+    s->vcpu_deferred[cpu->cpu_index] = w.deferred || w.ret < 0;
+    if (w.ret < 0) {
+        /* Neither a vCPU off its core nor one the kernel has not bound. */
+        error_setg(errp, "hpkvm: cannot bind vCPU %d to host core %u: %s",
+                   cpu->cpu_index, s->vcpu_core[cpu->cpu_index],
+                   strerror(-w.ret));
+        return false;
+    }
+    return true;
+}
+
 typedef enum PinMoment {
     AT_START,           /* a failure is worth a warning */
-    AT_FIRST_RUN,       /* a manager confining one to leased cores: stop */
+    AT_FIRST_RUN,       /* a manager confining one to leased cores: fail */
     SETTLED,            /* KVM's workers started since: best effort */
 } PinMoment;
 
@@ -93,11 +158,12 @@ typedef enum PinMoment {
  * QEMU's threads but the vCPUs' to the housekeeping cores.  At the start
  * (main loop, RCU, helpers) threads created later inherit it from their
  * creator; at the first run a manager may have confined one to leased
- * cores only, which contradicts host-cpus=; a second later the workers
- * KVM started for the VM from the first vCPU's first KVM_RUN
- * (kvm-nx-lpage-recovery), which inherited that vCPU's core, follow.
+ * cores only, which contradicts host-cpus= (false, and @errp says what
+ * to change); a second later the workers KVM started for the VM from the
+ * first vCPU's first KVM_RUN (kvm-nx-lpage-recovery), which inherited
+ * that vCPU's core, follow.
  */
-static void pin_other_threads(HPKVMState *s, PinMoment when)
+static bool pin_other_threads(HPKVMState *s, PinMoment when, Error **errp)
 {
     g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
     const char *name;
@@ -126,12 +192,28 @@ static void pin_other_threads(HPKVMState *s, PinMoment when)
         }
         list = hpkvm_cpuset_format(&cpus);
         leased = hpkvm_cpuset_format(&s->leases->held);
-        error_report("hpkvm: QEMU thread %d is confined to host cores %s "
-                     "(by libvirt's <emulatorpin>?), which include cores "
-                     "leased for vCPUs (%s) and none of housekeeping-cpus=: "
-                     "pin QEMU's other threads within housekeeping-cpus=",
-                     tid, list, leased);
-        exit(1);
+        error_setg(errp, "hpkvm: QEMU thread %d is confined to host cores %s "
+                   "(by libvirt's <emulatorpin>?), which include cores "
+                   "leased for vCPUs (%s) and none of housekeeping-cpus=: "
+                   "pin QEMU's other threads within housekeeping-cpus=",
+                   tid, list, leased);
+        return false;
+    }
+    return true;
+}
+
+/*
+ * The threads of QEMU back where they were before hpkvm moved them,
+ * when KVM's initialisation failed after hpkvm's and QEMU goes on with
+ * the next -accel entry.
+ */
+static void placement_unpin_threads(HPKVMState *s)
+{
+    g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
+    const char *name;
+
+    while (dir && (name = g_dir_read_name(dir))) {
+        pin_thread(atoi(name), &s->start_affinity);
     }
 }
 
@@ -141,29 +223,42 @@ static void placement_settle(void *opaque)
 {
     HPKVMState *s = opaque;
 
-    pin_other_threads(s, SETTLED);
+    pin_other_threads(s, SETTLED, NULL);
     timer_free(s->settle_timer);
     s->settle_timer = NULL;
+}
+
+/*
+ * The guest must not run as placed: say why and stop the VM, not QEMU,
+ * so that the manager sees it (query-status: internal-error) and QEMU
+ * still undoes what it changed on the host when it quits.  From a VM
+ * state change handler the vCPUs are resumed right after this, but when
+ * "cont" started the VM (as under -S, which managers use) the main loop
+ * handles the stop before it lets go of the BQL, which a vCPU needs to
+ * enter the guest.  The checks are made again at the next run, once the
+ * manager fixed the pinning and reset the VM.
+ */
+static void placement_stop_vm(Error *err)
+{
+    error_report_err(err);
+    qemu_system_vmstop_request_prepare();
+    qemu_system_vmstop_request(RUN_STATE_INTERNAL_ERROR);
 }
 
 /*
  * When the guest first runs: a manager (libvirt's <vcpupin> and
  * <emulatorpin>, its cpuset cgroups) may have pinned QEMU's threads since
  * they were created.  Pinning that agrees is accepted: a vCPU thread
- * allowed on its own core (narrowed back to that core alone), QEMU's
- * other threads off the cores this VM leased.  Pinning that contradicts
- * host-cpus= stops QEMU, saying what to change.
+ * allowed on its own core (narrowed back to that core alone, or bound
+ * now if its cpuset excluded the core at its creation), QEMU's other
+ * threads off the cores this VM leased.  Pinning that contradicts
+ * host-cpus= fails, saying what to change.
  */
-static void placement_first_run(void *opaque, bool running, RunState state)
+static bool placement_check_pinning(HPKVMState *s, Error **errp)
 {
-    HPKVMState *s = opaque;
     HpkvmCpuSet cpus, one;
     CPUState *cpu;
 
-    if (!running || s->first_run_checked) {
-        return;
-    }
-    s->first_run_checked = true;
     CPU_FOREACH(cpu) {
         unsigned core = s->vcpu_core[cpu->cpu_index];
         pid_t tid = s->vcpu_tid[cpu->cpu_index];
@@ -175,21 +270,58 @@ static void placement_first_run(void *opaque, bool running, RunState state)
             set_bit(core, one.bits);
             if (s->vcpu_deferred[cpu->cpu_index]) {
                 /* Now allowed on its core: bind it as at creation. */
-                s->vcpu_deferred[cpu->cpu_index] = false;
-                hpkvm_placement_bind_vcpu(s, cpu);
+                if (!placement_bind(s, cpu, false, errp)) {
+                    return false;
+                }
             } else if (tid && !hpkvm_cpuset_equal(&cpus, &one)) {
                 pin_thread(tid, &one);
             }
             continue;
         }
         list = hpkvm_cpuset_format(&cpus);
-        error_report("hpkvm: vCPU %d was pinned to host cores %s since it "
-                     "started (by libvirt's <vcpupin>?), but host-cpus= "
-                     "gives it core %u: make the two agree", cpu->cpu_index,
-                     list, core);
-        exit(1);
+        error_setg(errp, "hpkvm: vCPU %d was pinned to host cores %s since "
+                   "it started (by libvirt's <vcpupin>?), but host-cpus= "
+                   "gives it core %u: make the two agree", cpu->cpu_index,
+                   list, core);
+        return false;
     }
-    pin_other_threads(s, AT_FIRST_RUN);
+    return pin_other_threads(s, AT_FIRST_RUN, errp);
+}
+
+/* vCPUs whose bind failed while the VM was stopped: again, or fail. */
+static bool placement_bind_deferred(HPKVMState *s, Error **errp)
+{
+    CPUState *cpu;
+
+    CPU_FOREACH(cpu) {
+        if (s->vcpu_deferred[cpu->cpu_index] &&
+            !placement_bind(s, cpu, false, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void placement_vm_state_change(void *opaque, bool running,
+                                      RunState state)
+{
+    HPKVMState *s = opaque;
+    Error *err = NULL;
+
+    if (!running) {
+        return;
+    }
+    if (s->first_run_checked) {
+        if (!placement_bind_deferred(s, &err)) {
+            placement_stop_vm(err);
+        }
+        return;
+    }
+    if (!placement_check_pinning(s, &err)) {
+        placement_stop_vm(err);
+        return;
+    }
+    s->first_run_checked = true;
     s->settle_timer = timer_new_ms(QEMU_CLOCK_REALTIME, placement_settle, s);
     timer_mod(s->settle_timer,
               qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + SETTLE_MS);
@@ -229,6 +361,7 @@ void hpkvm_placement_release(HPKVMState *s, const char *why)
 {
     g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
     g_autoptr(HpkvmIsolation) rep = NULL;
+    g_autofree char *cores = NULL;
     Error *err = NULL;
     HpkvmCpuSet none;
     unsigned cpu;
@@ -238,20 +371,36 @@ void hpkvm_placement_release(HPKVMState *s, const char *why)
         return;
     }
     trace_hpkvm_placement_release(why);
+    cores = hpkvm_cpuset_format(&s->leases->held);
     lock = hpkvm_leases_lock_host(&s->host, s->state_dir, &err);
     HPKVM_CPUSET_FOREACH(cpu, &s->leases->held) {
         cpr_delete_fd(CPR_LEASE, cpu);
     }
     /* After a CPR hand-over the new QEMU still holds them: nothing goes. */
     hpkvm_leases_release(s->leases);
+    if (lock < 0) {
+        /*
+         * The cores go all the same, or no VM could lease them until
+         * QEMU exits.  The host is not changed without the lock (another
+         * VM may be changing it); the journal stays for whoever takes
+         * the lock next, as after a crash.
+         */
+        warn_report_err(err);
+        if (s->isolated) {
+            s->isolated = false;
+            warn_report("hpkvm: host cores %s released (%s) without the "
+                        "host lock, so the host's isolation of them is "
+                        "not undone yet: the next VM to start, or "
+                        "qemu-hpkvm-recover, undoes it", cores, why);
+        }
+        return;
+    }
     if (s->isolated) {
         s->isolated = false;
         hpkvm_cpuset_clear(&none);
         rep = reconcile(s, &none, failures, &err);
     }
-    if (lock >= 0) {
-        close(lock);
-    }
+    close(lock);
     if (err) {
         error_report_err(err);
     }
@@ -318,6 +467,7 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
                    "out of host-cpus=", s->host_cpus_opt);
         return false;
     }
+    s->max_vcpus = max_cpus;
     s->vcpu_core = g_new0(unsigned, max_cpus);
     s->vcpu_tid = g_new0(int, max_cpus);
     s->vcpu_deferred = g_new0(bool, max_cpus);
@@ -471,7 +621,8 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
     if (ok) {
         s->exit_notifier.notify = placement_exit;
         qemu_add_exit_notifier(&s->exit_notifier);
-        qemu_add_vm_change_state_handler(placement_first_run, s);
+        s->vm_state_entry = qemu_add_vm_change_state_handler(
+            placement_vm_state_change, s);
     } else if (s->isolated) {
         /* Isolation failed half way: put back what was changed. */
         hpkvm_leases_release(s->leases);
@@ -481,64 +632,85 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
         error_free(local_err);
     }
     close(lock);
-    if (ok) {
-        pin_other_threads(s, AT_START);
+    if (ok && hpkvm_get_affinity(0, &s->start_affinity)) {
+        s->threads_pinned = true;
+        pin_other_threads(s, AT_START, NULL);
     }
     return ok;
 }
 
-typedef struct BindWork {
-    HPKVMState *s;
-    int ret;
-    bool deferred;
-} BindWork;
-
-/* On the vCPU's own thread, which has not entered the guest yet. */
-static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
+void hpkvm_placement_undo(HPKVMState *s)
 {
-    BindWork *w = data.host_ptr;
-    HPKVMState *s = w->s;
-    unsigned core = s->vcpu_core[cpu->cpu_index];
-    HpkvmCpuSet one;
-    int kernel_ret = 0;
-
-    hpkvm_cpuset_clear(&one);
-    set_bit(core, one.bits);
-    w->ret = pin_thread(0, &one);
-    if (w->ret == -EINVAL && !s->first_run_checked) {
-        /*
-         * The thread's cpuset excludes its core: a manager (libvirt) put
-         * QEMU in a cgroup of its own and moves each vCPU thread to its
-         * vcpupin cgroup once QEMU reported it.  Bind at the first run.
-         */
-        w->deferred = true;
-        w->ret = 0;
-    } else if (!w->ret &&
-               s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
-        kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
-        w->ret = kernel_ret;
+    hpkvm_placement_release(s, "KVM's initialisation failed");
+    if (s->vm_state_entry) {
+        qemu_del_vm_change_state_handler(s->vm_state_entry);
+        s->vm_state_entry = NULL;
     }
-    s->vcpu_tid[cpu->cpu_index] = qemu_get_thread_id();
-    trace_hpkvm_bind_vcpu(cpu->cpu_index, core, s->vcpu_tid[cpu->cpu_index],
-                          kernel_ret);
+    if (s->exit_notifier.notify) {
+        qemu_remove_exit_notifier(&s->exit_notifier);
+        s->exit_notifier.notify = NULL;
+    }
+    if (s->threads_pinned) {
+        placement_unpin_threads(s);
+        s->threads_pinned = false;
+    }
 }
 
 void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu)
 {
-    BindWork w = { .s = s };
+    Error *err = NULL;
 
-    if (!s->leases) {
+    if (!s->leases || placement_bind(s, cpu, !s->first_run_checked, &err)) {
         return;
     }
-    run_on_cpu(cpu, bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
-    s->vcpu_deferred[cpu->cpu_index] = w.deferred;
-    if (w.ret < 0) {
-        /* Neither a vCPU off its core nor one the kernel has not bound. */
-        error_report("hpkvm: cannot bind vCPU %d to host core %u: %s",
-                     cpu->cpu_index, s->vcpu_core[cpu->cpu_index],
-                     strerror(-w.ret));
-        exit(1);
+    if (runstate_is_running()) {
+        /* Hot-plugged into a running guest, the check at realize passed */
+        placement_stop_vm(err);
+    } else {
+        /* A stop now would be lost: the VM stops when it starts. */
+        error_report_err(err);
     }
+}
+
+bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
+{
+    int index = cpu->cpu_index;
+    HpkvmCpuSet online;
+    unsigned core;
+
+    if (!s->leases) {
+        return true;
+    }
+    if (index < 0 || (unsigned)index >= s->max_vcpus) {
+        error_setg(errp, "hpkvm: vCPU %d has no host core: host-cpus=%s "
+                   "covers vCPUs 0-%u", index, s->host_cpus_opt,
+                   s->max_vcpus - 1);
+        error_append_hint(errp, "Raise -smp maxcpus and list as many cores "
+                          "in host-cpus= when QEMU starts.\n");
+        return false;
+    }
+    core = s->vcpu_core[index];
+    if (!hpkvm_cpuset_has(&s->leases->held, core)) {
+        error_setg(errp, "hpkvm: vCPU %d cannot be plugged: its host core "
+                   "%u is no longer leased to this VM", index, core);
+        error_append_hint(errp, "The cores went with the guest when it "
+                          "migrated: plug the CPU on the destination.\n");
+        return false;
+    }
+    if (!hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/online", &online,
+                              errp)) {
+        return false;
+    }
+    if (!hpkvm_cpuset_has(&online, core)) {
+        error_setg(errp, "hpkvm: vCPU %d cannot be plugged: its host core "
+                   "%u (host-cpus=%s) is offline", index, core,
+                   s->host_cpus_opt);
+        error_append_hint(errp, "Bring the core online (echo 1 > "
+                          CPU_SYSFS "/cpu%u/online), then plug the CPU "
+                          "again.\n", core);
+        return false;
+    }
+    return true;
 }
 
 void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info)

@@ -40,14 +40,26 @@ static void set_cpu_default(const char *prop, const char *value)
 
 void hpkvm_arch_init_machine(HPKVMState *s)
 {
+    s->cpu_pm_before = enable_cpu_pm;
     if (feature_wanted(s, HPKVM_FEATURE_EXCLUSIVE_CORES)) {
         /*
          * The guest owns its cores: let it idle and spin there without
          * exits, as -overcommit cpu-pm=on does (KVM_CAP_X86_DISABLE_EXITS,
          * masked by what KVM reports, before any vCPU exists; MWAIT in
-         * CPUID), and tell it its vCPUs are dedicated.
+         * CPUID).
          */
         enable_cpu_pm = true;
+    }
+}
+
+void hpkvm_arch_kvm_ready(HPKVMState *s)
+{
+    /*
+     * The CPU defaults only once KVM is up: with the next -accel entry
+     * (TCG) they would ask for what it does not have.
+     */
+    if (feature_wanted(s, HPKVM_FEATURE_EXCLUSIVE_CORES)) {
+        /* Tell the guest its vCPUs are dedicated. */
         set_cpu_default("kvm-hint-dedicated", "on");
     }
     /* What "on" features need of the guest's CPU, unless -cpu says no. */
@@ -58,10 +70,6 @@ void hpkvm_arch_init_machine(HPKVMState *s)
     if (s->feat[HPKVM_FEATURE_IPI_FASTPATH].requested == ON_OFF_AUTO_ON) {
         set_cpu_default("x2apic", "on");
     }
-}
-
-void hpkvm_arch_kvm_ready(HPKVMState *s)
-{
     if (enable_cpu_pm) {
         /* What kvm_arch_init() asked for, as KVM reported it. */
         s->disabled_exits = kvm_check_extension(KVM_STATE(s),
@@ -71,6 +79,11 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
                              KVM_X86_DISABLE_EXITS_PAUSE |
                              KVM_X86_DISABLE_EXITS_CSTATE);
     }
+}
+
+void hpkvm_arch_kvm_failed(HPKVMState *s)
+{
+    enable_cpu_pm = s->cpu_pm_before;
 }
 
 static int64_t host_tsc_khz(KVMState *k)
@@ -90,7 +103,9 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
     CPUX86State *env = &X86_CPU(cs)->env;
     HpkvmGuestFacts facts;
 
-    if (!kvm_cpu_target_realize(cs, errp)) {
+    /* Before KVM's part: a hot-plugged CPU fails here, not its thread. */
+    if (!hpkvm_placement_check_vcpu(s, cs, errp) ||
+        !kvm_cpu_target_realize(cs, errp)) {
         return false;
     }
     if (s->negotiated) {

@@ -3,9 +3,11 @@
 """hpkvm's dedicated cores against a fake host tree (x-host-root=): every
 refusal of host-cpus=/housekeeping-cpus=, isolation applied and restored
 exactly on quit, after SIGKILL by qemu-hpkvm-recover and by the next VM,
+everything undone when KVM fails after hpkvm and QEMU falls back to TCG,
 and 50 QEMUs racing for one core.  The vCPU threads are real: cores 0 and
 1 of this machine.  Prints TAP."""
 
+import fcntl
 import os
 import re
 import subprocess
@@ -153,6 +155,90 @@ def sigkill_then_next_vm_takes_over_and_restores():
         assert not diff, "not restored: " + "; ".join(diff)
 
 
+def lease_held(root, cpu):
+    """Whether a process holds the lease on a core: its OFD lock conflicts
+    with our POSIX one."""
+    path = os.path.join(root, f"run/hpkvm/leases/cpu{cpu}")
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def own_affinity():
+    """This process's Cpus_allowed_list, which QEMU inherits."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
+@tests.case
+def kvm_failing_after_the_lease_undoes_everything_for_tcg():
+    """KVM's own initialisation fails after hpkvm leased the core and
+    isolated the host (device=/dev/null opens, but is no KVM): QEMU goes
+    on with -accel tcg as with plain KVM, and nothing of hpkvm's stays:
+    the host as before, no lease, QEMU's threads where they were, no
+    notifier left to run at migrate or quit.  No /dev/kvm needed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        stream = os.path.join(tmp, "stream")
+        vm = Vm(fake_accel(root, ",device=/dev/null"), tmp,
+                extra=["-accel", "tcg", "-cpu", "qemu64"]).connect()
+        died = None
+        try:
+            kvm = vm.qmp("query-kvm")
+            info = vm.qmp("query-hpkvm")
+            during = hostlib.snapshot_tree(root)
+            threads = hostlib.thread_affinity(vm.proc.pid)
+            held = lease_held(root, 1)
+            vm.qmp("cont")
+            vm.qmp("migrate", uri=f"file:{stream}")
+            deadline = time.monotonic() + 30
+            while vm.qmp("query-migrate").get("status") not in \
+                    ("completed", "failed") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            migrated = vm.qmp("query-migrate").get("status")
+        except (OSError, ValueError) as e:
+            died = e                    # QMP's connection gone
+        finally:
+            status = vm.quit()
+        assert not died, f"QEMU died ({died}): exit status {status}, " \
+            f"stderr {vm.stderr!r}"
+        assert not kvm["enabled"] and not info["enabled"], (kvm, info)
+        assert "host-cpus" not in info and "placement" not in info, info
+        diff = hostlib.tree_diff(before, during)
+        assert not diff, "host left isolated: " + "; ".join(diff)
+        assert not held, "core 1 still leased"
+        mine = own_affinity()
+        assert threads and all(a == mine for _, a in threads.values()), \
+            f"QEMU's threads not put back on {mine}: {threads}"
+        assert migrated == "completed", migrated
+        assert status == 0, f"exit status {status}: {vm.stderr}"
+        assert "falling back to tcg" in vm.stderr, vm.stderr
+        assert "kvm-hint-dedicated" not in vm.stderr, vm.stderr
+
+
+def wait_status(vm, want, timeout=10):
+    """query-status once it says want, or at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = vm.qmp("query-status")
+        if status["status"] == want or time.monotonic() > deadline:
+            return {k: status[k] for k in ("running", "status")}
+        time.sleep(0.1)
+
+
 def fake_kernel_vm(root, tmp, spec, name):
     log = os.path.join(tmp, f"{name}.log")
     env = dict(os.environ, LD_PRELOAD=hostlib.FAKE_KERNEL,
@@ -165,7 +251,9 @@ def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
     """With the patched kernel's test double granting everything: the
     kernel is asked to bind vCPU 0 to core 1 from the vCPU's own thread,
     already pinned there, and the report says dynamic nohz; a refused
-    bind stops QEMU, which puts the host back."""
+    bind stops the VM before the guest runs (internal-error, saying
+    why), and QEMU, still up for the manager to see, puts the host back
+    when it quits."""
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
         hostlib.make_fake_host(root)
@@ -187,11 +275,17 @@ def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
 
         vm, log = fake_kernel_vm(root, tmp, "supported=0x3f,bind=16",
                                  "refused")
-        vm.proc.wait(30)
-        err = vm.proc.stderr.read()
-        assert vm.proc.returncode == 1 and \
-            "cannot bind vCPU 0 to host core 1: Device or resource busy" \
-            in err, err
+        vm.connect()
+        try:
+            vm.qmp("cont")
+            status = wait_status(vm, "internal-error")
+        finally:
+            quit_status = vm.quit()
+        assert status == {"running": False, "status": "internal-error"}, \
+            status
+        assert quit_status == 0, vm.stderr
+        assert "cannot bind vCPU 0 to host core 1: Device or resource busy" \
+            in vm.stderr, vm.stderr
         diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
         assert not diff, "not restored: " + "; ".join(diff)
 

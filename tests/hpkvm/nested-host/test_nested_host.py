@@ -18,7 +18,13 @@
 - dedicated cores on a 4-CPU nested host with real device IRQs and a
   cgroup v2 cpuset: vCPU threads on their leased cores, QEMU's other
   threads, host tasks and IRQs off them; restored when the guest shuts
-  down, and after SIGKILL by qemu-hpkvm-recover.
+  down, and after SIGKILL by qemu-hpkvm-recover;
+- where the cores cannot be as host-cpus= says, the VM stops and QEMU
+  stays up saying why: a vCPU pinned elsewhere at the first run (run
+  again once fixed and reset), a hot-plugged vCPU whose bind fails; a
+  CPU whose core went offline, or went with the migrated guest, is
+  refused at device_add, the guest running on; a host lock that fails at
+  exit is a warning, the host left to qemu-hpkvm-recover.
 
 Prints TAP.  Each test boots the nested host once (~4 s to the shell;
 the rest is TCG running KVM).  If the nested host itself fails (the TCG
@@ -480,6 +486,169 @@ wait_qemu
                    for line in lines_with(res.output, "hotthread "))
     assert threads[str(places[1]["thread-id"])] == "Cpus_allowed_list:3", \
         threads
+
+
+# The vCPU thread of cpu-index $1 (from query-hpkvm), for taskset.
+PLACEMENT_LIB = r"""
+vcpu_tid() {
+    qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
+        grep -o '{[^{}]*"cpu-index": '$1'[,}][^{}]*' |
+        grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'
+}
+status() {
+    qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' |
+        grep -o '"status": "[a-z-]*"'
+}
+hotplug() {
+    qmp-exec /tmp/qmp.sock '{"execute": "device_add", "arguments":
+        {"driver": "host-x86_64-cpu", "id": "hot1", "socket-id": 0,
+         "core-id": 1, "thread-id": 0}}'
+}
+# The same from HMP, which prints the error's hint too.
+hmp_hotplug() {
+    add="device_add host-x86_64-cpu,id=hot1,socket-id=0,core-id=1,thread-id=0"
+    qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command",
+        "arguments": {"command-line": "'"$add"'"}}'
+}
+# Cpus_allowed_list of QEMU's thread $1
+allowed() {
+    grep Cpus_allowed_list /proc/$qemu_pid/task/$1/status | tr -d '\t'
+}
+"""
+PLACEMENT_ACCEL = "hpkvm,host-cpus=2-3,housekeeping-cpus=0-1"
+
+
+@test
+def placement_that_cannot_hold_stops_the_vm_not_qemu():
+    res = nested(PAYLOAD_LIB + PLACEMENT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+echo +cpuset > /sys/fs/cgroup/cgroup.subtree_control
+guest_qemu -accel %(accel)s -cpu host -smp 1,maxcpus=2 -append hold \
+    2> /tmp/qemu.err || exit 1
+# <vcpupin> gone wrong: vCPU 0 (core 2) pinned to core 1 before the run.
+tid=$(vcpu_tid 0)
+taskset -p -c 1 $tid > /dev/null
+guest_cont
+sleep 1
+echo "pinned: $(status)"
+echo "pinned-cont: $(qmp-exec /tmp/qmp.sock cont)"
+echo "pinned-tid: $(allowed $tid)"
+echo "pinned-serial: $(cat /tmp/serial.log)"
+# Fixed by the manager, reset and run: checked again, and it runs.
+taskset -p -c 2 $tid > /dev/null
+qmp-exec /tmp/qmp.sock system_reset > /dev/null
+guest_cont
+wait_serial
+echo "fixed: $(status)"
+# The hot-plugged vCPU's core (3) offline: device_add fails, guest runs.
+echo 0 > /sys/devices/system/cpu/cpu3/online
+echo "offline-add: $(hotplug)"
+echo "offline-hmp: $(hmp_hotplug)"
+echo "offline: $(status)"
+echo 1 > /sys/devices/system/cpu/cpu3/online
+# QEMU confined to cores 0-2 by a cpuset: the new vCPU thread cannot go
+# to core 3, which only shows once the thread exists: the VM stops.
+mkdir /sys/fs/cgroup/narrow
+echo 0-2 > /sys/fs/cgroup/narrow/cpuset.cpus
+echo $qemu_pid > /sys/fs/cgroup/narrow/cgroup.procs
+echo "bind-add: $(hotplug)"
+sleep 1
+echo "bind: $(status)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit: $?"
+rmdir /sys/fs/cgroup/narrow
+# Once the guest migrated its cores are gone with it: no CPU for them.
+guest_qemu -accel %(accel)s -cpu host -smp 1,maxcpus=2 -append hold \
+    2>> /tmp/qemu.err || exit 1
+guest_cont
+qmp-exec /tmp/qmp.sock '{"execute": "migrate",
+    "arguments": {"uri": "file:/tmp/migrated"}}' > /dev/null
+i=0
+until qmp-exec /tmp/qmp.sock query-migrate | grep -q '"completed"'; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 300 ] && break
+done
+echo "migrated-add: $(hotplug)"
+echo "migrated: $(status)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "migrated-quit: $?"
+sed 's/^/qemu-err: /' /tmp/qemu.err
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    err = "\n".join(lines_with(res.output, "qemu-err: "))
+
+    def one(label):
+        return lines_with(res.output, f"{label}: ")[0]
+
+    assert one("pinned") == '"status": "internal-error"', res.output
+    assert "vCPU 0 was pinned to host cores 1 since it started (by " \
+        "libvirt's <vcpupin>?), but host-cpus= gives it core 2: make the " \
+        "two agree" in err, err
+    assert "Resetting the Virtual Machine is required" in \
+        one("pinned-cont"), "cont ran a VM placed against host-cpus=: " + \
+        res.output
+    # Never narrowed to its core behind the manager's back either.
+    assert one("pinned-tid") == "Cpus_allowed_list:1", res.output
+    # The guest prints as soon as it runs: not before the fix, then it did.
+    assert one("pinned-serial") == "", res.output
+    assert one("fixed") == '"status": "running"', res.output
+    assert "hpkvm-guest: PASS" in one("serial"), res.output
+    assert "hpkvm: vCPU 1 cannot be plugged: its host core 3 " \
+        "(host-cpus=2-3) is offline" in one("offline-add"), res.output
+    assert "Bring the core online (echo 1 > /sys/devices/system/cpu/cpu3/" \
+        "online), then plug the CPU again." in one("offline-hmp"), \
+        res.output
+    assert one("offline") == '"status": "running"', res.output
+    assert one("bind-add") == '{"return": {}}', res.output
+    assert one("bind") == '"status": "internal-error"', res.output
+    assert "hpkvm: cannot bind vCPU 1 to host core 3: Invalid argument" \
+        in err, err
+    assert one("quit") == "0", res.output
+    assert "hpkvm: vCPU 1 cannot be plugged: its host core 3 is no longer " \
+        "leased to this VM" in one("migrated-add"), res.output
+    assert one("migrated") == '"status": "postmigrate"', res.output
+    assert one("migrated-quit") == "0", res.output
+
+
+@test
+def a_host_lock_failing_at_exit_leaves_the_host_to_recovery():
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+snap before
+guest_qemu -accel %(accel)s -cpu host -smp 1 -append hold \
+    2> /tmp/qemu.err || exit 1
+guest_cont
+# A file where the leases' directory was: neither the host lock nor the
+# leases can be opened any more (QEMU's open leases still hold).
+state=/run/hpkvm
+mv $state/leases $state/leases.saved && touch $state/leases
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit: $?"
+snap after-quit
+rm $state/leases && mv $state/leases.saved $state/leases
+qemu-hpkvm-recover | sed 's/^/recover: /'
+snap recovered
+sed 's/^/qemu-err: /' /tmp/qemu.err
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", "\n# ".join(line for line in res.output.splitlines()
+                           if not re.match(r"(before|after-quit|recovered) ",
+                                           line)))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "quit: ") == ["0"], res.output
+    err = "\n".join(lines_with(res.output, "qemu-err: "))
+    assert "host cores 2-3 released (QEMU exits) without the host lock, " \
+        "so the host's isolation of them is not undone yet: the next VM " \
+        "to start, or qemu-hpkvm-recover, undoes it" in err, err
+    before = snapshot(res.output, "before")
+    assert restored(before, snapshot(res.output, "after-quit")), \
+        "the host was changed without the host lock"
+    assert "recover: cores leased by running VMs: none" in res.output, \
+        res.output
+    diff = restored(before, snapshot(res.output, "recovered"))
+    assert not diff, "not recovered: " + "; ".join(diff)
 
 
 def main():
