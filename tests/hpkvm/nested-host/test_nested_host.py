@@ -650,6 +650,88 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
     diff = restored(before, snapshot(res.output, "recovered"))
     assert not diff, "not recovered: " + "; ".join(diff)
 
+# Several L2 VMs at once, each on one leased core of its own: VM $1 on
+# host core $2; its QMP /tmp/$1.sock, serial /tmp/$1.serial, pid $pid_$1.
+MULTI_VM_LIB = r"""
+vm_start() {
+    n=$1; core=$2; shift 2
+    rm -f /tmp/$n.sock /tmp/$n.serial
+    qemu-system-x86_64 -machine pc -smp 1 -S -nodefaults \
+        -kernel "$HPKVM_GUEST" -append hold \
+        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+        -display none -monitor none -serial file:/tmp/$n.serial \
+        -qmp unix:/tmp/$n.sock,server=on,wait=off -cpu host \
+        -accel hpkvm,host-cpus=$core,housekeeping-cpus=0-1,dynamic-isolation=on \
+        "$@" 2> /tmp/$n.err &
+    eval "pid_$n=$!"
+    i=0
+    while [ ! -S /tmp/$n.sock ]; do
+        eval "[ -e /proc/\$pid_$n ]" || { echo "exited-$n: $(cat /tmp/$n.err)"; return 1; }
+        sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && { echo "no-qmp-$n"; return 1; }
+    done
+    return 0
+}
+# Run VM $1's guest; its result line within 120 s, and where its vCPU is.
+vm_run() {
+    qmp-exec /tmp/$1.sock cont > /dev/null
+    i=0
+    until grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/$1.serial 2>/dev/null; do
+        sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && break
+    done
+    echo "serial-$1: $(cat /tmp/$1.serial)"
+    echo "status-$1: $(qmp-exec /tmp/$1.sock '{"execute": "query-status"}' |
+        grep -o '"status": "[a-z-]*"')"
+    eval "pid=\$pid_$1"
+    echo "cgroup-$1: $(cat /proc/$pid/cgroup)"
+}
+vm_quit() {
+    qmp-exec /tmp/$1.sock quit > /dev/null
+    eval "qemu_pid=\$pid_$1"
+    wait_qemu
+}
+"""
+
+
+@test
+def a_vm_started_from_a_shell_isolation_moved_reaches_its_cores():
+    """While a VM runs, the operator's shell is in hpkvm.host, off every
+    leased core; a second VM started from it, and the first one started
+    again after a SIGKILL, must still run on their own cores."""
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + MULTI_VM_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+snap before
+vm_start a 2 || exit 1
+vm_run a
+echo "shell: $(cat /proc/$$/cgroup)"
+vm_start b 3 || exit 1
+vm_run b
+kill -9 $pid_a
+qemu_pid=$pid_a; wait_qemu
+vm_start a 2 || exit 1
+vm_run a
+vm_quit a
+vm_quit b
+snap after
+echo "shell-after: $(cat /proc/$$/cgroup)"
+""", cpus=4)
+    print("#", "\n# ".join(line for line in res.output.splitlines()
+                           if not re.match(r"(before|after) ", line)))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "shell: ") == ["0::/hpkvm.host"], \
+        "the shell was not moved off the leased cores"
+    for name, runs in (("a", 2), ("b", 1)):
+        serial = lines_with(res.output, f"serial-{name}: ")
+        assert len(serial) == runs and all(
+            "hpkvm-guest: PASS" in s for s in serial), (name, serial)
+        assert lines_with(res.output, f"status-{name}: ") == \
+            ['"status": "running"'] * runs, res.output
+        assert lines_with(res.output, f"cgroup-{name}: ") == \
+            ["0::/"] * runs, res.output
+    assert lines_with(res.output, "shell-after: ") == ["0::/"], res.output
+    diff = restored(snapshot(res.output, "before"),
+                    snapshot(res.output, "after"))
+    assert not diff, "not restored: " + "; ".join(diff)
+
 
 def main():
     print(f"1..{len(tests)}")
