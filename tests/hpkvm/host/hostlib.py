@@ -29,6 +29,16 @@ class TapSuite:
         self.cases.append(fn)
         return fn
 
+    def kvm_case(self, fn):
+        """A case that runs QEMU on this host's KVM: skipped, saying why,
+        only where the kernel has no KVM at all; a /dev/kvm that is there
+        but unusable fails the case."""
+        def run_on_kvm():
+            why = no_kvm()
+            return f"SKIP {why}" if why else fn()
+        run_on_kvm.__name__ = fn.__name__
+        return self.case(run_on_kvm)
+
     def run(self, skip_all=None):
         if skip_all:
             print(f"1..0 # SKIP {skip_all}")
@@ -49,6 +59,21 @@ class TapSuite:
                 for line in traceback.format_exc().splitlines():
                     print(f"# {line}", flush=True)
         return 1 if failed else 0
+
+
+def no_kvm():
+    """Why this host's kernel offers no KVM (no /dev/kvm node, no kvm
+    misc device), or None.  A node that exists but cannot be opened is
+    not a reason: tests fail on it."""
+    if os.path.exists("/dev/kvm"):
+        return None
+    try:
+        with open("/proc/misc") as f:
+            if any(line.split()[1:] == ["kvm"] for line in f):
+                return None
+    except OSError:
+        pass
+    return "this kernel has no KVM (no /dev/kvm, no kvm in /proc/misc)"
 
 
 # This machine's nested paravirtual KVM refuses QEMU's write of

@@ -28,7 +28,7 @@ def fake_accel(root, extra=""):
             f"housekeeping-cpus=0{extra}")
 
 
-@tests.case
+@tests.kvm_case
 def refusals_name_the_core_and_the_fix():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -98,7 +98,7 @@ def check_isolated(root, vm):
     assert re.search(r"host core 1: nohz off; IRQs moved:.* 24", text), text
 
 
-@tests.case
+@tests.kvm_case
 def quit_restores_the_fake_host_exactly():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -115,7 +115,7 @@ def quit_restores_the_fake_host_exactly():
         assert "100" in hostlib.moved_to(root, "/"), "sshd not moved back"
 
 
-@tests.case
+@tests.kvm_case
 def sigkill_then_recovery_tool_restores():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -136,7 +136,7 @@ def sigkill_then_recovery_tool_restores():
                                                "host.journal"))
 
 
-@tests.case
+@tests.kvm_case
 def sigkill_then_next_vm_takes_over_and_restores():
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
@@ -246,7 +246,7 @@ def fake_kernel_vm(root, tmp, spec, name):
     return Vm(fake_accel(root), tmp, name=name, env=env), log
 
 
-@tests.case
+@tests.kvm_case
 def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
     """With the patched kernel's test double granting everything: the
     kernel is asked to bind vCPU 0 to core 1 from the vCPU's own thread,
@@ -290,7 +290,7 @@ def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
         assert not diff, "not restored: " + "; ".join(diff)
 
 
-@tests.case
+@tests.kvm_case
 def fifty_racing_starts_never_two_owners():
     n = 50
     with tempfile.TemporaryDirectory() as tmp:

@@ -89,7 +89,7 @@ def assert_passed_on(dst, src):
     assert "PASS" not in src.serial_text(), "the guest finished on the source"
 
 
-@tests.case
+@tests.kvm_case
 def live_migration_moves_the_guest_and_then_the_cores():
     with tempfile.TemporaryDirectory() as tmp:
         a, a_before = host(tmp, "a")
@@ -119,7 +119,7 @@ def live_migration_moves_the_guest_and_then_the_cores():
             dst.quit()
 
 
-@tests.case
+@tests.kvm_case
 def a_destination_that_cannot_keep_an_on_promise_refuses():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -154,7 +154,7 @@ def a_destination_that_cannot_keep_an_on_promise_refuses():
             dst.quit()
 
 
-@tests.case
+@tests.kvm_case
 def an_auto_promise_degrades_with_a_report():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -183,7 +183,7 @@ def an_auto_promise_degrades_with_a_report():
             dst.quit()
 
 
-@tests.case
+@tests.kvm_case
 def hpkvm_to_plain_kvm_is_refused_and_plain_kvm_to_hpkvm_works():
     with tempfile.TemporaryDirectory() as tmp:
         a, _ = host(tmp, "a")
@@ -226,7 +226,7 @@ CPR_MEMORY = ("-m", "32", "-object",
 CPR_MACHINE = "pc,aux-ram-share=on,memory-backend=ram0"
 
 
-@tests.case
+@tests.kvm_case
 def cpr_transfer_hands_the_cores_and_the_journal_over():
     with tempfile.TemporaryDirectory() as tmp:
         a, a_before = host(tmp, "a")
