@@ -286,6 +286,25 @@ static bool journal_rewrite(HpkvmJournal *j, Error **errp)
     return true;
 }
 
+/* Drop a torn last line in place: unlike a rewrite it needs no space. */
+static bool journal_cut(HpkvmJournal *j, off_t length, Error **errp)
+{
+    int fd = hpkvm_state_file_open(j->dfd, j->dir, JOURNAL_FILE, O_WRONLY,
+                                   errp);
+    bool ok;
+
+    if (fd < 0) {
+        return false;
+    }
+    ok = ftruncate(fd, length) == 0 && qemu_fdatasync(fd) == 0;
+    if (!ok) {
+        error_setg_errno(errp, errno, "cannot cut the torn last line of "
+                         "%s/" JOURNAL_FILE, j->dir);
+    }
+    close(fd);
+    return ok;
+}
+
 /* Refused lines go beside the journal, for the operator, once. */
 static void journal_set_aside(HpkvmJournal *j, GString *rejected)
 {
@@ -309,7 +328,6 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
     g_autoptr(GError) gerr = NULL;
     g_autoptr(GIOChannel) ch = NULL;
     Error *local_err = NULL;
-    bool dirty = false;
     gsize len = 0;
     int fd, i;
 
@@ -342,16 +360,17 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
                         "it is never undone; kept in " JOURNAL_REJECTED,
                         j->dir, i + 1, why);
             g_string_append_printf(rejected, "%s\n", lines[i]);
-            dirty = true;
         }
-    }
-    if (lines[0] && lines[i] && *lines[i]) {
-        dirty = true;           /* an append after it would be merged */
     }
     if (rejected->len) {
         journal_set_aside(j, rejected);
+        return journal_rewrite(j, errp);
     }
-    return !dirty || journal_rewrite(j, errp);
+    if (lines[0] && lines[i] && *lines[i]) {
+        /* Cut, where it is, so that no append is merged into it. */
+        return journal_cut(j, len - strlen(lines[i]), errp);
+    }
+    return true;
 }
 
 /* Open (again, after a replay removed it) the file to append to. */
@@ -433,7 +452,9 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     JournalEntry e = { .kind = kind, .key = (char *)key, .old = (char *)old };
     g_autofree char *line = NULL;
     const char *why;
+    ssize_t ret;
     size_t len;
+    off_t end;
 
     if (hpkvm_journal_original(j, kind, key)) {
         return true;
@@ -449,8 +470,16 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     }
     line = journal_line(&e);
     len = strlen(line);
-    if (write(j->fd, line, len) != len || qemu_fdatasync(j->fd) < 0) {
-        error_setg_errno(errp, errno, "hpkvm: cannot write the journal "
+    end = lseek(j->fd, 0, SEEK_END);
+    ret = write(j->fd, line, len);
+    if (ret != len || qemu_fdatasync(j->fd) < 0) {
+        int err = ret < 0 ? errno : ret < len ? ENOSPC : errno;
+
+        /* No torn record: the file shrinks back, needing no space. */
+        if (end >= 0 && ftruncate(j->fd, end) == 0) {
+            qemu_fdatasync(j->fd);
+        }
+        error_setg_errno(errp, err, "hpkvm: cannot write the journal "
                          "%s/" JOURNAL_FILE ": nothing changed", j->dir);
         return false;
     }

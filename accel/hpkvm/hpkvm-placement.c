@@ -345,6 +345,11 @@ static HpkvmIsolation *reconcile(HPKVMState *s, const HpkvmCpuSet *cores,
         g_free(map);
         return NULL;
     }
+    if (!s->isolated && s->leases) {
+        /* Cores this VM holds without isolation are the host's. */
+        bitmap_andnot(map->leased.bits, map->leased.bits,
+                      s->leases->held.bits, HPKVM_MAX_HOST_CPUS);
+    }
     req = (HpkvmIsolateRequest) {
         .host = &s->host,
         .journal = j,
@@ -514,12 +519,53 @@ static bool take_leases(HPKVMState *s, const HpkvmCpuSet *cores,
     return true;
 }
 
+/*
+ * Isolation failed part way (dynamic-isolation=auto goes on without it):
+ * put back what it changed, i.e. the host as if this VM's cores were not
+ * leased, so that the report saying "off" is true; or, if that fails
+ * too, say what stays until QEMU exits.  Takes @failed; returns why
+ * isolation is off.
+ */
+static char *placement_isolation_rollback(HPKVMState *s,
+                                          const HpkvmCpuSet *cores,
+                                          Error *failed)
+{
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(HpkvmIsolation) back = NULL;
+    Error *err = NULL;
+    char *reason;
+
+    s->isolated = false;
+    back = reconcile(s, cores, failures, &err);
+    if (back && !failures->len) {
+        reason = g_strdup_printf("%s; the changes already made were put "
+                                 "back", error_get_pretty(failed));
+    } else {
+        g_autofree char *why = NULL;
+
+        /* The exit reconciles again. */
+        s->isolated = true;
+        if (err) {
+            g_ptr_array_add(failures, g_strdup(error_get_pretty(err)));
+        }
+        g_ptr_array_add(failures, NULL);
+        why = g_strjoinv("; ", (char **)failures->pdata);
+        reason = g_strdup_printf("%s; some changes already made stay until "
+                                 "QEMU exits: %s", error_get_pretty(failed),
+                                 why);
+    }
+    error_free(err);
+    error_free(failed);
+    return reason;
+}
+
 /* Under the host lock: leases, then isolation as dynamic-isolation says. */
 static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
                               Error **errp)
 {
     HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
     Error *local_err = NULL;
+    g_autofree char *reason = NULL;
     HpkvmCpuSet taken;
     bool ok = false;
     unsigned cpu;
@@ -570,12 +616,10 @@ static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
         ok = false;
         goto out;
     }
+    reason = placement_isolation_rollback(s, cores, local_err);
     s->isolation = hpkvm_isolate_report_off(&s->host, cores,
-                                            s->dynamic_isolation,
-                                            error_get_pretty(local_err));
-    warn_report("hpkvm: dynamic isolation is off: %s",
-                error_get_pretty(local_err));
-    error_free(local_err);
+                                            s->dynamic_isolation, reason);
+    warn_report("hpkvm: dynamic isolation is off: %s", reason);
 out:
     g_free(map);
     return ok;

@@ -732,6 +732,52 @@ echo "shell-after: $(cat /proc/$$/cgroup)"
                     snapshot(res.output, "after"))
     assert not diff, "not restored: " + "; ".join(diff)
 
+@test
+def a_full_state_dir_leaves_the_host_as_it_was_and_says_so():
+    """The journal fills up part way through isolating (a 12 KiB tmpfs
+    as /run/hpkvm: the two leases take a page each, the journal one, and
+    a hundred tasks to move need more):
+    with dynamic-isolation=auto the VM runs without isolation, and the
+    report saying so is true: what had been changed is put back."""
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+mkdir -p /run/hpkvm
+mount -t tmpfs -o size=12k,mode=0700 none /run/hpkvm
+# Tasks enough for their moves alone to need more than a page.
+for i in $(seq 100); do sleep 600 & done
+snap before
+guest_qemu -accel %(accel)s -cpu host 2> /tmp/qemu.err || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+snap during
+guest_cont
+wait_qemu
+wait_serial
+snap after
+sed 's/^/qemu-err: /' /tmp/qemu.err
+echo "journal-left: $(ls /run/hpkvm)"
+kill $(jobs -p) 2> /dev/null
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", "\n# ".join(line for line in res.output.splitlines()
+                           if not re.match(r"(before|during|after) ", line)))
+    assert res.status == 0, res.output
+    iso = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"][
+        "isolation"]
+    assert not iso["active"], iso
+    assert "No space left on device" in iso["reason"] and \
+        "the changes already made were put back" in iso["reason"], iso
+    err = "\n".join(lines_with(res.output, "qemu-err: "))
+    assert "dynamic isolation is off" in err, err
+    before = snapshot(res.output, "before")
+    diff = restored(before, snapshot(res.output, "during"))
+    assert not diff, "isolation reported off, but in force: " + \
+        "; ".join(diff)
+    assert any("hpkvm-guest: PASS" in line
+               for line in lines_with(res.output, "serial: ")), res.output
+    diff = restored(before, snapshot(res.output, "after"))
+    assert not diff, "not restored: " + "; ".join(diff)
+    assert lines_with(res.output, "journal-left: ") == ["leases"], \
+        res.output
+
 
 def main():
     print(f"1..{len(tests)}")
