@@ -82,7 +82,7 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
         .id = (char *)name,
         .type = NET_CLIENT_DRIVER_VHOST_USER,
     };
-    g_autofree char *label = NULL, *spec = NULL;
+    g_autofree char *label = NULL;
     QemuOpts *opts;
     int ret;
 
@@ -91,13 +91,16 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
         return net_init_vhost_user(&vu, name, peer, errp);
     }
     label = g_strdup_printf("hpnet-%s", name);
-    spec = g_strdup_printf("unix:%s", o->vhost_user_socket);
-    opts = qemu_chr_parse_compat(label, spec, false);
+    /*
+     * The path is one option, not pasted into "unix:PATH": a comma in it
+     * would start options of its own (",server=on" listens and waits).
+     */
+    opts = qemu_opts_create(qemu_find_opts("chardev"), label, 1, errp);
     if (!opts) {
-        error_setg(errp, "cannot describe a socket for %s",
-                   o->vhost_user_socket);
         return -1;
     }
+    qemu_opt_set(opts, "backend", "socket", &error_abort);
+    qemu_opt_set(opts, "path", o->vhost_user_socket, &error_abort);
     s->chr = qemu_chr_new_from_opts(opts, NULL, errp);
     qemu_opts_del(opts);
     if (!s->chr) {
@@ -200,7 +203,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
     g_autofree HpnetState *s = g_new0(HpnetState, 1);
     HpnetProbe probes[HPNET_BACKEND__MAX] = { 0 };
     HpnetProbeConfig cfg = {
-        .root = o->root ?: "",
+        .root = o->x_root ?: "",
         .tap_fd = o->fd != NULL,
         .vhost_user_socket = o->vhost_user_socket,
         .vhost_user_chardev = o->vhost_user_chardev != NULL,

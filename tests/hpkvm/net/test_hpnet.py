@@ -64,7 +64,7 @@ def forced_backends_that_are_missing_are_refused():
                 "give vhost-user-socket= or vhost-user-chardev=, not both")
         refused(tmp, "need=fast", "need")
         refused(tmp, "backend=tap", "backend")
-        refused(tmp, f"need=compatibility,root={fake}", "hpnet n0: no "
+        refused(tmp, f"need=compatibility,x-root={fake}", "hpnet n0: no "
                 "backend for need=compatibility is available: virtio-net: "
                 "/dev/net/tun: No such file or directory; vhost-net: "
                 "/dev/net/tun")
