@@ -37,6 +37,7 @@ fails the test at once.
 
 import json
 import os
+import random
 import re
 import sys
 import traceback
@@ -102,23 +103,23 @@ def never_booted(res):
                      if line.startswith("stuck: "))
 
 
-def nested(script, **kwargs):
+def nested(script, timeout=NESTED_TIMEOUT, **kwargs):
     """run() the script in the nested host; a second boot if the nested
     host failed, or if an L2 guest never got past its firmware: both are
     the emulated test bed, not what the test checks.  The first attempt's
     reason is printed; a second failure counts."""
     try:
-        res = run(script, timeout=NESTED_TIMEOUT, **kwargs)
+        res = run(script, timeout=timeout, **kwargs)
         why = never_booted(res)
         if why:
             print("# an L2 guest never reached its own code; booting the "
                   "nested host once more. Why:\n# "
                   + why.replace("\n", "\n# "), flush=True)
-            res = run(script, timeout=NESTED_TIMEOUT, **kwargs)
+            res = run(script, timeout=timeout, **kwargs)
     except NestedHostError as e:
         print("# the nested host failed; booting it once more. Why:\n# "
               + str(e).replace("\n", "\n# "), flush=True)
-        res = run(script, timeout=NESTED_TIMEOUT, **kwargs)
+        res = run(script, timeout=timeout, **kwargs)
     for mark in ("qemu-hang: ", "cont-failed: "):
         assert not lines_with(res.output, mark), res.output
     return res
@@ -777,6 +778,244 @@ kill $(jobs -p) 2> /dev/null
     assert not diff, "not restored: " + "; ".join(diff)
     assert lines_with(res.output, "journal-left: ") == ["leases"], \
         res.output
+
+CPR_SOAK = 3000
+
+
+@test
+def cpr_hot_upgrade_keeps_the_guest_and_the_isolation_on_a_real_kernel():
+    """The documented cpr-transfer hot upgrade, with isolation on and the
+    new QEMU started from the operator's shell (which isolation moved
+    into hpkvm.host): the guest goes on on the new QEMU, on its cores,
+    the old QEMU's exit undoes nothing, the new one's restores the host."""
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+snap before
+# Rounds enough to outlast the hand-over (a round is a few ms here).
+SOAK=%(soak)d
+# VM $1 (old or new) with the soak guest, CPR-able memory; more options after
+cpr_vm() {
+    n=$1; shift
+    qemu-system-x86_64 -machine pc,aux-ram-share=on,memory-backend=ram0 \
+        -m 32 -object memory-backend-memfd,id=ram0,size=32M,share=on \
+        -smp 1 -S -nodefaults -kernel "$HPKVM_GUEST" -append soak=$SOAK \
+        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+        -display none -monitor none -serial file:/tmp/$n.serial \
+        -qmp unix:/tmp/$n.sock,server=on,wait=off -cpu host \
+        -accel hpkvm,host-cpus=2,housekeeping-cpus=0-1,dynamic-isolation=on \
+        "$@" 2> /tmp/$n.err &
+}
+# Until $2 (a shell test) holds, while pid $1 lives; at most 120 s.
+until_alive() {
+    i=0
+    until eval "$2"; do
+        [ -e /proc/$1 ] || { echo "died: $2"; return 1; }
+        sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { echo "timeout: $2"; return 1; }
+    done
+    return 0
+}
+cpr_vm old
+old_pid=$!
+until_alive $old_pid '[ -S /tmp/old.sock ]' || exit 1
+qmp-exec /tmp/old.sock cont > /dev/null
+until_alive $old_pid "grep -q 'soak: started' /tmp/old.serial 2>/dev/null"
+snap isolated
+echo "shell: $(cat /proc/$$/cgroup)"
+cpr='{"channel-type": "cpr", "addr": {"transport": "socket",
+      "type": "unix", "path": "/tmp/cpr.sock"}}'
+main='{"channel-type": "main", "addr": {"transport": "socket",
+       "type": "unix", "path": "/tmp/main.sock"}}'
+cpr_vm new -incoming unix:/tmp/main.sock -incoming "$cpr"
+new_pid=$!
+until_alive $new_pid '[ -S /tmp/cpr.sock ]'
+qmp-exec /tmp/old.sock '{"execute": "migrate-set-parameters",
+    "arguments": {"mode": "cpr-transfer"}}' > /dev/null
+qmp-exec /tmp/old.sock '{"execute": "migrate",
+    "arguments": {"channels": ['"$main"', '"$cpr"']}}' > /dev/null
+until_alive $old_pid "qmp-exec /tmp/old.sock '{\"execute\": \"query-migrate\"}' |
+    grep -q '\"status\": \"\(completed\|failed\)\"'"
+echo "migrate: $(qmp-exec /tmp/old.sock '{"execute": "query-migrate"}' |
+    grep -o '"status": "[a-z-]*"')"
+until_alive $new_pid '[ -S /tmp/new.sock ]'
+until_alive $new_pid "! qmp-exec /tmp/new.sock '{\"execute\": \"query-status\"}' |
+    grep -q inmigrate"
+echo "lease: $(cat /run/hpkvm/leases/cpu2) new=$new_pid"
+qmp-exec /tmp/old.sock quit > /dev/null
+qemu_pid=$old_pid; wait_qemu
+snap after-old
+echo "new-cgroup: $(cat /proc/$new_pid/cgroup)"
+echo "hpkvm: $(qmp-exec /tmp/new.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/new.sock cont > /dev/null
+qemu_pid=$new_pid; wait_qemu
+echo "new-status: $?"
+echo "new-serial: $(grep 'PASS\|FAIL' /tmp/new.serial)"
+echo "new-rounds: $(grep -c 'soak: round' /tmp/new.serial)"
+echo "old-serial: $(grep 'PASS\|FAIL' /tmp/old.serial)"
+echo "old-rounds: $(grep -c 'soak: round' /tmp/old.serial)"
+sed 's/^/old-err: /' /tmp/old.err
+sed 's/^/new-err: /' /tmp/new.err
+snap after
+""" % {"soak": CPR_SOAK}, cpus=4)
+    print("#", "\n# ".join(line for line in res.output.splitlines()
+                           if not re.match(r"(before|isolated|after-old|"
+                                           r"after) |hpkvm-guest: soak",
+                                           line)))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "shell: ") == ["0::/hpkvm.host"], \
+        res.output
+    assert lines_with(res.output, "migrate: ") == ['"status": "completed"'], \
+        res.output
+    lease, new = lines_with(res.output, "lease: ")[0].split(" new=")
+    assert lease == new, "the new QEMU does not hold the core's lease"
+    isolated = snapshot(res.output, "isolated")
+    diff = restored(isolated, snapshot(res.output, "after-old"))
+    assert not diff, "the old QEMU's exit undid: " + "; ".join(diff)
+    assert lines_with(res.output, "new-cgroup: ") == ["0::/"], res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    assert hp["host-cpus"] == "2" and hp["isolation"]["active"], hp
+    # The guest finished its soak on the new QEMU, which exits 1 at PASS.
+    assert lines_with(res.output, "new-status: ") == ["1"], res.output
+    serial = lines_with(res.output, "new-serial: ")[0]
+    assert "hpkvm-guest: PASS" in serial and \
+        f"soak={CPR_SOAK}" in serial, serial
+    # It ran on both sides of the hand-over, and finished on the new one.
+    assert lines_with(res.output, "old-serial: ") == [""], res.output
+    assert all(int(n) > 0 for n in lines_with(res.output, "old-rounds: ") +
+               lines_with(res.output, "new-rounds: ")), res.output
+    diff = restored(snapshot(res.output, "before"),
+                    snapshot(res.output, "after"))
+    assert not diff, "not restored: " + "; ".join(diff)
+
+# The fault soak: SIGKILLs at random moments; HPKVM_SOAK_KILLS for more.
+SOAK_KILLS = int(os.environ.get("HPKVM_SOAK_KILLS", "50"))
+SOAK_LIB = r"""
+# VM $1 on core $2 with the soak guest and CPR-able memory; then options.
+soak_vm() {
+    n=$1; core=$2; shift 2
+    rm -f /tmp/$n.sock /tmp/$n.serial
+    qemu-system-x86_64 -machine pc,aux-ram-share=on,memory-backend=ram0 \
+        -m 32 -object memory-backend-memfd,id=ram0,size=32M,share=on \
+        -smp 1 -S -nodefaults -kernel "$HPKVM_GUEST" -append soak=100000 \
+        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+        -display none -monitor none -serial file:/tmp/$n.serial \
+        -qmp unix:/tmp/$n.sock,server=on,wait=off -cpu host \
+        -accel hpkvm,host-cpus=$core,housekeeping-cpus=0-1,dynamic-isolation=on \
+        "$@" 2> /dev/null &
+    eval "pid_$n=$!"
+}
+# Wait (at most 60 s) for the socket $1 while pid $2 lives.
+soak_sock() {
+    i=0
+    while [ ! -S $1 ] && [ -e /proc/$2 ]; do
+        sleep 0.05; i=$((i + 1)); [ $i -gt 1200 ] && return 1
+    done
+    return 0
+}
+soak_kill() {
+    for p in "$@"; do kill -9 $p 2> /dev/null; done
+    for p in "$@"; do qemu_pid=$p; wait_qemu 2> /dev/null; done
+}
+chan() {
+    echo '{"channel-type": "'$1'", "addr": {"transport": "socket",
+          "type": "unix", "path": "/tmp/'$1'.sock"}}'
+}
+# One SIGKILL in phase $1 (start, run, migrate, cpr), $2 s in, of VM $3
+# (a: the running one or migration source, b: the destination).
+soak_round() {
+    phase=$1; delay=$2; victim=$3
+    rm -f /tmp/main.sock /tmp/cpr.sock
+    pid_b=
+    soak_vm a 2
+    if [ $phase = start ]; then
+        sleep $delay; soak_kill $pid_a; return
+    fi
+    soak_sock /tmp/a.sock $pid_a
+    qmp-exec /tmp/a.sock cont > /dev/null 2>&1
+    case $phase in
+    migrate)
+        soak_vm b 3 -incoming unix:/tmp/main.sock
+        soak_sock /tmp/b.sock $pid_b
+        qmp-exec /tmp/a.sock '{"execute": "migrate",
+            "arguments": {"uri": "unix:/tmp/main.sock"}}' > /dev/null 2>&1
+        ;;
+    cpr)
+        soak_vm b 2 -incoming unix:/tmp/main.sock -incoming "$(chan cpr)"
+        soak_sock /tmp/cpr.sock $pid_b
+        qmp-exec /tmp/a.sock '{"execute": "migrate-set-parameters",
+            "arguments": {"mode": "cpr-transfer"}}' > /dev/null 2>&1
+        qmp-exec /tmp/a.sock '{"execute": "migrate", "arguments":
+            {"channels": ['"$(chan main)"', '"$(chan cpr)"']}}' \
+            > /dev/null 2>&1
+        ;;
+    esac
+    sleep $delay
+    eval "soak_kill \$pid_$victim"
+    soak_kill $pid_a $pid_b
+}
+"""
+
+
+def soak_schedule(seed, kills):
+    """(phase, delay, victim) for each kill, reproducible from the seed."""
+    rng = random.Random(seed)
+    phases = ["start"] * 4 + ["run"] * 3 + ["migrate"] * 2 + ["cpr"] * 2
+    out = []
+    for _ in range(kills):
+        phase = rng.choice(phases)
+        victim = rng.choice("ab") if phase in ("migrate", "cpr") else "a"
+        out.append((phase, f"{rng.uniform(0, 1.5):.2f}", victim))
+    return out
+
+
+@test
+def a_fault_soak_of_sigkills_leaves_the_host_as_it_was_each_time():
+    """SIGKILL at random moments of a VM's start (leasing, isolating),
+    its run, a live migration (source or destination) and a CPR hot
+    upgrade (old or new QEMU): each time, once qemu-hpkvm-recover ran,
+    the host is as before and no lease is left; at the end a VM runs its
+    guest to the end.  HPKVM_SOAK_SEED replays a schedule."""
+    seed = int(os.environ.get("HPKVM_SOAK_SEED", random.randrange(1 << 30)))
+    schedule = soak_schedule(seed, SOAK_KILLS)
+    print(f"# soak seed {seed} (HPKVM_SOAK_SEED), {SOAK_KILLS} kills "
+          f"(HPKVM_SOAK_KILLS)", flush=True)
+    rounds = "".join(
+        f"soak_round {phase} {delay} {victim}\n"
+        f"qemu-hpkvm-recover > /tmp/rec.out 2>&1\n"
+        f"echo \"rec-{k}: $? $(grep 'cores leased' /tmp/rec.out)\"\n"
+        f"snap it{k}\n"
+        for k, (phase, delay, victim) in enumerate(schedule))
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + SOAK_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+snap before
+%(rounds)s
+guest_qemu -accel %(accel)s -cpu host || exit 1
+guest_cont
+wait_qemu
+echo "last-status: $?"
+wait_serial
+snap last
+""" % {"rounds": rounds, "accel": PLACEMENT_ACCEL}, cpus=4,
+        timeout=max(NESTED_TIMEOUT, 12 * SOAK_KILLS))
+    assert res.status == 0, res.output[-3000:]
+    before = snapshot(res.output, "before")
+    bad = []
+    for k, (phase, delay, victim) in enumerate(schedule):
+        what = f"kill {k} ({phase} {delay} {victim})"
+        rec = lines_with(res.output, f"rec-{k}: ")
+        if rec != ["0 cores leased by running VMs: none"]:
+            bad.append(f"{what}: recover said {rec}")
+        diff = restored(before, snapshot(res.output, f"it{k}"))
+        if diff:
+            bad.append(f"{what}: " + "; ".join(diff[:5]))
+    print(f"# {len(schedule)} kills: " + ", ".join(
+        f"{p} {sum(1 for s in schedule if s[0] == p)}"
+        for p in ("start", "run", "migrate", "cpr")), flush=True)
+    assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+    assert lines_with(res.output, "last-status: ") == ["1"], res.output
+    assert any("hpkvm-guest: PASS" in line
+               for line in lines_with(res.output, "serial: ")), res.output
+    diff = restored(before, snapshot(res.output, "last"))
+    assert not diff, "not restored after the last VM: " + "; ".join(diff)
 
 
 def main():
