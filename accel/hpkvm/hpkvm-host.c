@@ -142,6 +142,13 @@ static GStrv host_path_components(const char *path)
     return g_steal_pointer(&parts);
 }
 
+bool hpkvm_host_path_is_clean(const char *path)
+{
+    g_auto(GStrv) parts = host_path_components(path);
+
+    return parts != NULL;
+}
+
 int hpkvm_host_open_parent(const HpkvmHost *h, const char *path,
                            char **name)
 {

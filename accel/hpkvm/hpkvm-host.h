@@ -50,6 +50,9 @@ void hpkvm_host_cleanup(HpkvmHost *h);
 /* @path, absolute on the host, inside the root. */
 char *hpkvm_host_path(const HpkvmHost *h, const char *path);
 
+/* Absolute, with no empty, "." or ".." component. */
+bool hpkvm_host_path_is_clean(const char *path);
+
 /*
  * The directory holding the last component of @path, opened (O_PATH)
  * without following symbolic links, and that component's name in

@@ -81,29 +81,17 @@ static char *journal_line(const JournalEntry *e)
     return g_strdup_printf("%s\t%08x\n", body, journal_crc(body));
 }
 
-/* Absolute, no empty, "." or ".." component, nothing but printables. */
+/* A clean path (see hpkvm-host.h) of printable characters only. */
 static bool journal_clean_path(const char *path)
 {
-    g_auto(GStrv) parts = NULL;
     const char *c;
-    int i;
 
-    if (!path || path[0] != '/') {
-        return false;
-    }
     for (c = path; *c; c++) {
         if (!g_ascii_isgraph(*c)) {
             return false;
         }
     }
-    parts = g_strsplit(path + 1, "/", -1);
-    for (i = 0; parts[i]; i++) {
-        if (!*parts[i] || !strcmp(parts[i], ".") ||
-            !strcmp(parts[i], "..")) {
-            return false;
-        }
-    }
-    return true;
+    return hpkvm_host_path_is_clean(path);
 }
 
 /* @path is <mount><rel>/@leaf for a non-empty, clean @rel. */
