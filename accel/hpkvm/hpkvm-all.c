@@ -143,31 +143,39 @@ static int hpkvm_init_machine(MachineState *ms)
     Error *err = NULL;
     int ret;
 
+    /*
+     * First: whatever fails below, QEMU goes on with the next -accel
+     * entry, and hpkvm_arch_kvm_failed() puts back what this changed.
+     */
+    hpkvm_arch_init_machine(s);
     ret = hpkvm_check_device(device);
     if (ret < 0) {
-        return ret;
+        goto fail;
     }
 
     if (!hpkvm_placement_init(s, ms->smp.max_cpus, &err)) {
         error_report_err(err);
-        return -EINVAL;
+        ret = -EINVAL;
+        goto fail;
     }
     hpkvm_migration_init(s);
-    hpkvm_arch_init_machine(s);
     ret = hc->parent_init_machine(ms);
     if (ret < 0) {
         /*
          * QEMU goes on with the next -accel entry and frees this object:
          * nothing of hpkvm's may stay, on the host or registered.
          */
-        hpkvm_arch_kvm_failed(s);
         hpkvm_migration_undo(s);
         hpkvm_placement_undo(s);
-        return ret;
+        goto fail;
     }
     hpkvm_arch_kvm_ready(s);
     trace_hpkvm_init_machine(device, k->fd, k->vmfd);
     return 0;
+
+fail:
+    hpkvm_arch_kvm_failed(s);
+    return ret;
 }
 
 static HpkvmInfo *hpkvm_query(AccelState *accel)

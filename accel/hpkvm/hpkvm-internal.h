@@ -126,7 +126,7 @@ void hpkvm_placement_finalize(HPKVMState *s);
 
 /*
  * Per target: called before and after KVM's machine initialisation, and
- * instead of the latter if it failed.
+ * instead of the latter if it, or hpkvm's own checks, failed.
  */
 void hpkvm_arch_init_machine(HPKVMState *s);
 void hpkvm_arch_kvm_ready(HPKVMState *s);

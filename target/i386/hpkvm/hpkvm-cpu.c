@@ -20,6 +20,7 @@
 #include "qemu/module.h"
 #include "qom/object_interfaces.h"
 #include "hw/boards.h"
+#include "hw/xen/xen.h"
 #include "system/system.h"
 #include "cpu.h"
 #include "accel/accel-cpu-target.h"
@@ -84,6 +85,14 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
 void hpkvm_arch_kvm_failed(HPKVMState *s)
 {
     enable_cpu_pm = s->cpu_pm_before;
+    /*
+     * KVM's xen-version= switched QEMU to Xen emulation when it was set,
+     * before any accelerator was tried; only KVM emulates Xen, and the
+     * board would ask the next accelerator (TCG) for KVM's Xen state.
+     */
+    if (xen_mode == XEN_EMULATE) {
+        xen_mode = XEN_DISABLED;
+    }
 }
 
 static int64_t host_tsc_khz(KVMState *k)
