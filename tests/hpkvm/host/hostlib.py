@@ -61,6 +61,15 @@ class TapSuite:
         return 1 if failed else 0
 
 
+def own_affinity():
+    """This process's Cpus_allowed_list, which QEMU inherits."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
 def no_kvm():
     """Why this host's kernel offers no KVM (no /dev/kvm node, no kvm
     misc device), or None.  A node that exists but cannot be opened is

@@ -172,15 +172,6 @@ def lease_held(root, cpu):
         os.close(fd)
 
 
-def own_affinity():
-    """This process's Cpus_allowed_list, which QEMU inherits."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("Cpus_allowed_list:"):
-                return line.split(":", 1)[1].strip()
-    raise AssertionError("no Cpus_allowed_list")
-
-
 @tests.case
 def kvm_failing_after_the_lease_undoes_everything_for_tcg():
     """KVM's own initialisation fails after hpkvm leased the core and
@@ -220,7 +211,7 @@ def kvm_failing_after_the_lease_undoes_everything_for_tcg():
         diff = hostlib.tree_diff(before, during)
         assert not diff, "host left isolated: " + "; ".join(diff)
         assert not held, "core 1 still leased"
-        mine = own_affinity()
+        mine = hostlib.own_affinity()
         assert threads and all(a == mine for _, a in threads.values()), \
             f"QEMU's threads not put back on {mine}: {threads}"
         assert migrated == "completed", migrated
