@@ -117,12 +117,13 @@ void hpkvm_placement_release(HPKVMState *s, const char *why);
  * accelerator for the next -accel entry.
  */
 void hpkvm_placement_undo(HPKVMState *s);
+/* Frees what placement holds, when the accelerator object goes. */
+void hpkvm_placement_finalize(HPKVMState *s);
 
 /* hpkvm-migration.c: the "hpkvm" migration section, lease hand-over. */
 void hpkvm_migration_init(HPKVMState *s);
 /* Unregisters both, when KVM's initialisation failed. */
 void hpkvm_migration_undo(HPKVMState *s);
-void hpkvm_placement_finalize(HPKVMState *s);
 
 /*
  * Per target: called before and after KVM's machine initialisation, and

@@ -328,8 +328,10 @@ static void placement_vm_state_change(void *opaque, bool running,
 }
 
 /* Under the host lock: bring the host in line with the leases. */
-static HpkvmIsolation *reconcile(HPKVMState *s, const HpkvmCpuSet *cores,
-                                 GPtrArray *failures, Error **errp)
+static HpkvmIsolation *placement_reconcile(HPKVMState *s,
+                                           const HpkvmCpuSet *cores,
+                                           GPtrArray *failures,
+                                           Error **errp)
 {
     g_autoptr(HpkvmJournal) j = hpkvm_journal_open(&s->host, s->state_dir,
                                                     errp);
@@ -403,7 +405,7 @@ void hpkvm_placement_release(HPKVMState *s, const char *why)
     if (s->isolated) {
         s->isolated = false;
         hpkvm_cpuset_clear(&none);
-        rep = reconcile(s, &none, failures, &err);
+        rep = placement_reconcile(s, &none, failures, &err);
     }
     close(lock);
     if (err) {
@@ -536,7 +538,7 @@ static char *placement_isolation_rollback(HPKVMState *s,
     char *reason;
 
     s->isolated = false;
-    back = reconcile(s, cores, failures, &err);
+    back = placement_reconcile(s, cores, failures, &err);
     if (back && !failures->len) {
         reason = g_strdup_printf("%s; the changes already made were put "
                                  "back", error_get_pretty(failed));
@@ -603,7 +605,7 @@ static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
         goto out;
     }
     s->isolated = true;
-    s->isolation = reconcile(s, cores, NULL, &local_err);
+    s->isolation = placement_reconcile(s, cores, NULL, &local_err);
     if (s->isolation) {
         s->isolation->requested = s->dynamic_isolation;
         goto out;
@@ -672,7 +674,8 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
         hpkvm_leases_release(s->leases);
         s->isolated = false;
         hpkvm_cpuset_clear(&cores);
-        qapi_free_HpkvmIsolation(reconcile(s, &cores, NULL, &local_err));
+        qapi_free_HpkvmIsolation(placement_reconcile(s, &cores, NULL,
+                                                     &local_err));
         error_free(local_err);
     }
     close(lock);
