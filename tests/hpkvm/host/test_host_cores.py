@@ -220,6 +220,24 @@ def kvm_failing_after_the_lease_undoes_everything_for_tcg():
         assert "kvm-hint-dedicated" not in vm.stderr, vm.stderr
 
 
+@tests.case
+def a_second_lease_domain_on_the_real_host_is_refused():
+    """x-state-dir= elsewhere on the real host (or a root that names it
+    as "//") would let two VMs lease one core: refused before anything
+    changes, naming the one directory.  No /dev/kvm needed: KVM's own
+    initialisation is never reached."""
+    with tempfile.TemporaryDirectory() as tmp:
+        state = os.path.join(tmp, "state")
+        for root in ("", ",x-host-root=//"):
+            rc, err = hostlib.run_error(
+                f"hpkvm,device=/dev/null,host-cpus=1,housekeeping-cpus=0,"
+                f"dynamic-isolation=off,x-state-dir={state}{root}", tmp)
+            assert rc == 1, (rc, err)
+            assert "on the real host the leases and the journal live in " \
+                "/run/hpkvm" in err, err
+            assert not os.path.exists(state), "created the second domain"
+
+
 def wait_status(vm, want, timeout=10):
     """query-status once it says want, or at the timeout."""
     deadline = time.monotonic() + timeout
