@@ -400,7 +400,9 @@ static void check_leftovers(Ctx *c)
                                            NULL);
     g_autofree char *mounts = read_trimmed(c, "/proc/mounts");
     g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    g_autofree char *dir = hpkvm_host_path(&c->host, c->state_dir);
     Error *err = NULL;
+    struct stat st;
 
     if (mounts && (strstr(mounts, "cpuset") || strstr(mounts, "cgroup2"))) {
         add(c, "cgroup-cpuset", OK, NULL, "a cpuset controller is mounted");
@@ -413,6 +415,14 @@ static void check_leftovers(Ctx *c)
     if (!hpkvm_host_exists(&c->host, c->state_dir)) {
         add(c, "host-changes", OK, NULL, "no hpkvm VM has run: %s does "
             "not exist", c->state_dir);
+        return;
+    }
+    if (stat(dir, &st) == 0 && st.st_uid != geteuid() && geteuid() != 0) {
+        /* hpkvm's own (root's) and closed to others, as it must be. */
+        add(c, "host-changes", INFO, "run qemu-hpkvm-check as root to see "
+            "them", "the leases and the journal in %s belong to uid %u: "
+            "this user cannot read them", c->state_dir,
+            (unsigned)st.st_uid);
         return;
     }
     if (!hpkvm_leases_scan(&c->host, c->state_dir, map, &err)) {

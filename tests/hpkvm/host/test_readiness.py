@@ -89,6 +89,25 @@ def a_ready_host_passes():
         assert by["hpkvm-kernel"][0]["verdict"] == "info"
 
 
+@tests.case
+def an_operator_without_root_is_told_to_check_as_root():
+    """/run/hpkvm is root's and 0700, as hpkvm requires: another user
+    cannot read the leases, and is told so rather than warned."""
+    with tempfile.TemporaryDirectory() as root:
+        os.chmod(root, 0o755)
+        sock = ready_host(root)
+        os.makedirs(os.path.join(root, "run/hpkvm/leases"), mode=0o700)
+        os.chmod(os.path.join(root, "run/hpkvm"), 0o700)
+        res = subprocess.run([CHECK, f"--host-root={root}", "--json",
+                              "--host-cpus=2-3"], capture_output=True,
+                             text=True, timeout=30,
+                             preexec_fn=lambda: os.setuid(65534))
+        sock.close()
+        by = {c["id"]: c for c in json.loads(res.stdout)["checks"]}
+        assert by["host-changes"]["verdict"] == "info", by["host-changes"]
+        assert "as root" in by["host-changes"]["fix"], by["host-changes"]
+
+
 def expect(by, cid, verdict, fix_part):
     for c in by.get(cid, []):
         if c["verdict"] == verdict and fix_part in c.get("fix", ""):
