@@ -6,9 +6,10 @@
  * while appending) is dropped: its change was not made yet.  A line
  * that fails its checksum or the allow-list of journal_refusal() (the
  * files and value shapes hpkvm itself changes) is never undone: it is
- * set aside in host.journal.rejected and reported.  What could not be
- * undone stays in the journal, retried at the next replay; the file
- * goes only when nothing is left.
+ * set aside in host.journal.rejected and reported.  Records of an hpkvm
+ * from before the checksums pass the allow-list or are set aside too.
+ * What could not be undone stays in the journal, retried at the next
+ * replay; the file goes only when nothing is left.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -201,8 +202,15 @@ static void journal_add(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     g_hash_table_insert(j->originals, journal_index_key(kind, key), e->old);
 }
 
-/* One line; NULL if accepted, else why not. */
-static const char *journal_parse(HpkvmJournal *j, const char *line)
+/*
+ * One line; NULL if accepted, else why not.  A record of an hpkvm from
+ * before the checksums (three fields) is taken if the allow-list takes
+ * it, and sets *@legacy: a hot upgrade from it must still restore the
+ * host.  The checksum is against damage; the allow-list is what keeps a
+ * record, whoever wrote it, to hpkvm's own changes.
+ */
+static const char *journal_parse(HpkvmJournal *j, const char *line,
+                                 bool *legacy)
 {
     g_auto(GStrv) f = g_strsplit(line, "\t", 4);
     g_autofree char *body = NULL;
@@ -211,13 +219,16 @@ static const char *journal_parse(HpkvmJournal *j, const char *line)
     int n = 0;
     const char *why;
 
-    if (g_strv_length(f) != 4 || strlen(f[0]) != 1) {
+    if (g_strv_length(f) == 3 && strlen(f[0]) == 1) {
+        *legacy = true;
+    } else if (g_strv_length(f) != 4 || strlen(f[0]) != 1) {
         return "not a record of four fields";
-    }
-    body = g_strdup_printf("%s\t%s\t%s", f[0], f[1], f[2]);
-    if (strlen(f[3]) != 8 || sscanf(f[3], "%8x%n", &crc, &n) != 1 ||
-        n != 8 || crc != journal_crc(body)) {
-        return "bad checksum";
+    } else {
+        body = g_strdup_printf("%s\t%s\t%s", f[0], f[1], f[2]);
+        if (strlen(f[3]) != 8 || sscanf(f[3], "%8x%n", &crc, &n) != 1 ||
+            n != 8 || crc != journal_crc(body)) {
+            return "bad checksum";
+        }
     }
     old = g_strcompress(f[2]);
     why = journal_refusal(j, f[0][0], f[1], old);
@@ -316,6 +327,7 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
     g_autoptr(GError) gerr = NULL;
     g_autoptr(GIOChannel) ch = NULL;
     Error *local_err = NULL;
+    bool legacy = false;
     gsize len = 0;
     int fd, i;
 
@@ -341,7 +353,7 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
     lines = g_strsplit(text ?: "", "\n", -1);
     /* The last piece is what follows the last newline: a torn append. */
     for (i = 0; lines[i] && lines[i + 1]; i++) {
-        const char *why = journal_parse(j, lines[i]);
+        const char *why = journal_parse(j, lines[i], &legacy);
 
         if (why) {
             warn_report("hpkvm: %s/" JOURNAL_FILE " line %d refused (%s): "
@@ -352,6 +364,9 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
     }
     if (rejected->len) {
         journal_set_aside(j, rejected);
+    }
+    if (rejected->len || legacy) {
+        /* Without them, and older records with their checksums now. */
         return journal_rewrite(j, errp);
     }
     if (lines[0] && lines[i] && *lines[i]) {

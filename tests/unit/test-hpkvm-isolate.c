@@ -614,8 +614,12 @@ static void test_journal_forged(void)
     /* A flipped byte in a genuine record: its checksum fails. */
     flipped[strlen("W\t/proc/irq/10/smp_affinity_list\t0-")] = '1';
     g_string_append(j, flipped);
-    /* An older hpkvm's record, without a checksum. */
-    g_string_append(j, "W\t/proc/irq/10/smp_affinity_list\t0\n");
+    /*
+     * An older hpkvm's records, without a checksum: taken only if the
+     * allow-list takes them.
+     */
+    g_string_append(j, "W\t/etc/shadow\t0-3\n");
+    g_string_append(j, "W\t/proc/irq/11/smp_affinity_list\t1-2\n");
     /* A genuine record, for a file that exists and one that does not. */
     g_string_append(j, record('W', "/proc/irq/12/smp_affinity_list", "0"));
     g_string_append(j, record('W', "/sys/fs/cgroup/cpuset/gone/cpuset.cpus",
@@ -632,6 +636,7 @@ static void test_journal_forged(void)
     assert_file(&f, "/proc/irq/default_smp_affinity", "f");
     assert_file(&f, "/sys/fs/cgroup/cpuset/cpuset.cpus", "0-3");
     assert_file(&f, "/proc/irq/12/smp_affinity_list", "0");
+    assert_file(&f, "/proc/irq/11/smp_affinity_list", "1-2");
     /* Restoring never creates a file. */
     g_assert_false(exists(&f, "/sys/fs/cgroup/cpuset/gone"));
     g_assert_false(exists(&f, "/sys/fs/cgroup/cpuset/bare/cpuset.cpus"));
