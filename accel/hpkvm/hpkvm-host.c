@@ -235,16 +235,41 @@ int hpkvm_host_append(const HpkvmHost *h, const char *path, const char *text)
     return host_write_once(h, path, O_APPEND, line);
 }
 
-/* What cgroupfs gives a new cgroup, for a fake tree's stand-in. */
-static const char *const host_fake_cgroup_files[] = {
-    "cgroup.procs", "cpuset.cpus", "cpuset.mems",
-};
+/*
+ * What cgroupfs gives a new cgroup: in a fake tree, the plain files that
+ * stand for them are made with the cgroup, and removed with it.
+ */
+static void host_fake_cgroup_files(int parent, const char *name,
+                                   bool create)
+{
+    static const char *const files[] = {
+        "cgroup.procs", "cpuset.cpus", "cpuset.mems",
+    };
+    int dfd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
+                     O_CLOEXEC);
+    int i, fd;
+
+    for (i = 0; dfd >= 0 && i < ARRAY_SIZE(files); i++) {
+        if (!create) {
+            unlinkat(dfd, files[i], 0);
+            continue;
+        }
+        fd = openat(dfd, files[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                    0644);
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    if (dfd >= 0) {
+        close(dfd);
+    }
+}
 
 int hpkvm_host_mkdir(const HpkvmHost *h, const char *path)
 {
     g_autofree char *name = NULL;
     int dfd = hpkvm_host_open_parent(h, path, &name);
-    int ret = 0, sub, i;
+    int ret = 0;
 
     if (dfd < 0) {
         return dfd;
@@ -252,20 +277,7 @@ int hpkvm_host_mkdir(const HpkvmHost *h, const char *path)
     if (mkdirat(dfd, name, 0755) < 0) {
         ret = -errno;
     } else if (!h->real) {
-        sub = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
-                     O_CLOEXEC);
-        for (i = 0; sub >= 0 && i < ARRAY_SIZE(host_fake_cgroup_files);
-             i++) {
-            int fd = openat(sub, host_fake_cgroup_files[i],
-                            O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-
-            if (fd >= 0) {
-                close(fd);
-            }
-        }
-        if (sub >= 0) {
-            close(sub);
-        }
+        host_fake_cgroup_files(dfd, name, true);
     }
     close(dfd);
     return ret;
@@ -275,7 +287,7 @@ int hpkvm_host_rmdir(const HpkvmHost *h, const char *path)
 {
     g_autofree char *name = NULL;
     int dfd = hpkvm_host_open_parent(h, path, &name);
-    int ret = 0, i;
+    int ret = 0;
 
     if (dfd < 0) {
         return dfd == -ENOENT ? 0 : dfd;
@@ -285,17 +297,7 @@ int hpkvm_host_rmdir(const HpkvmHost *h, const char *path)
     }
     ret = -errno;
     if (ret == -ENOTEMPTY && !h->real) {
-        /* A fake tree has plain files where cgroupfs has control files. */
-        int sub = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
-                         O_CLOEXEC);
-
-        for (i = 0; sub >= 0 && i < ARRAY_SIZE(host_fake_cgroup_files);
-             i++) {
-            unlinkat(sub, host_fake_cgroup_files[i], 0);
-        }
-        if (sub >= 0) {
-            close(sub);
-        }
+        host_fake_cgroup_files(dfd, name, false);
         ret = unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
     }
 out:

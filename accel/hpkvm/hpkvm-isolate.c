@@ -721,7 +721,8 @@ HpkvmIsolation *hpkvm_isolate_reconcile(const HpkvmIsolateRequest *req,
                    "one for the host");
         return NULL;
     }
-    r.mount = hpkvm_host_cpuset_mount(r.h, &r.v2);
+    /* The hierarchy the journal's allow-list takes cgroup records in. */
+    r.mount = g_strdup(hpkvm_journal_cpuset_mount(r.j, &r.v2));
     rep->method = !r.mount ? HPKVM_TASK_ISOLATION_AFFINITY :
                   r.v2 ? HPKVM_TASK_ISOLATION_CGROUP_V2 :
                   HPKVM_TASK_ISOLATION_CGROUP_V1;

@@ -267,7 +267,7 @@ static bool journal_rewrite(HpkvmJournal *j, Error **errp)
     if (fd < 0) {
         return false;
     }
-    if (write(fd, text->str, text->len) != text->len ||
+    if (qemu_write_full(fd, text->str, text->len) != text->len ||
         qemu_fdatasync(fd) < 0) {
         error_setg_errno(errp, errno, "cannot write %s/" JOURNAL_NEW,
                          j->dir);
@@ -310,9 +310,12 @@ static void journal_set_aside(HpkvmJournal *j, GString *rejected)
     int fd = hpkvm_state_file_open(j->dfd, j->dir, JOURNAL_REJECTED,
                                    O_WRONLY | O_CREAT | O_APPEND, NULL);
 
+    /* Best effort: the warnings name what was refused all the same. */
     if (fd >= 0) {
-        if (write(fd, rejected->str, rejected->len) != rejected->len) {
-            /* The warning below still names what was refused. */
+        if (qemu_write_full(fd, rejected->str, rejected->len) !=
+            rejected->len) {
+            warn_report("hpkvm: cannot keep the refused lines in %s/"
+                        JOURNAL_REJECTED ": %s", j->dir, strerror(errno));
         }
         qemu_fdatasync(fd);
         close(fd);
@@ -431,6 +434,12 @@ void hpkvm_journal_close(HpkvmJournal *j)
     g_free(j);
 }
 
+const char *hpkvm_journal_cpuset_mount(HpkvmJournal *j, bool *v2)
+{
+    *v2 = j->v2;
+    return j->mount;
+}
+
 const char *hpkvm_journal_path(HpkvmJournal *j)
 {
     return j->path;
@@ -474,9 +483,10 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     line = journal_line(&e);
     len = strlen(line);
     end = lseek(j->fd, 0, SEEK_END);
-    ret = write(j->fd, line, len);
+    /* qemu_write_full() leaves errno set when it wrote less. */
+    ret = qemu_write_full(j->fd, line, len);
     if (ret != len || qemu_fdatasync(j->fd) < 0) {
-        int err = ret < 0 ? errno : ret < len ? ENOSPC : errno;
+        int err = errno;
 
         /* No torn record: the file shrinks back, needing no space. */
         if (end >= 0 && ftruncate(j->fd, end) == 0) {
@@ -511,7 +521,7 @@ static bool journal_same_task(const HpkvmHost *h, const char *key,
 
 /* Move what is left in a cgroup hpkvm made to its parent, then drop it. */
 static int journal_undo_mkdir(const HpkvmHost *h, const char *dir,
-                      const char *parent_procs)
+                              const char *parent_procs)
 {
     g_autofree char *procs = g_strconcat(dir, "/cgroup.procs", NULL);
     g_autofree char *text = NULL;
@@ -571,7 +581,7 @@ static int journal_undo(const HpkvmHost *h, const JournalEntry *e)
     return -EINVAL;
 }
 
-bool hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures)
+void hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures)
 {
     g_autoptr(GPtrArray) done = j->entries;
     Error *err = NULL;
@@ -605,7 +615,5 @@ bool hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures)
             g_ptr_array_add(failures, g_strdup(error_get_pretty(err)));
         }
         error_free(err);
-        return false;
     }
-    return !j->entries->len;
 }

@@ -40,6 +40,11 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(HpkvmJournal, hpkvm_journal_close)
 /* The host file the journal lives in. */
 const char *hpkvm_journal_path(HpkvmJournal *j);
 bool hpkvm_journal_empty(HpkvmJournal *j);
+/*
+ * The cpuset hierarchy the journal's cgroup records must lie in (NULL:
+ * none), as found when it was opened; *@v2 if it is cgroup2.
+ */
+const char *hpkvm_journal_cpuset_mount(HpkvmJournal *j, bool *v2);
 
 /* The value recorded before the first change of @key, or NULL. */
 const char *hpkvm_journal_original(HpkvmJournal *j, HpkvmUndo kind,
@@ -55,10 +60,9 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
  * Undo every change, newest first.  What could not be undone stays in
  * the journal, to be retried by the next replay, and is appended to
  * @failures (a task, an IRQ or a cgroup gone is not a failure); the
- * journal file is removed only when nothing is left.  True if nothing
- * is left.
+ * journal file is removed only when nothing is left.
  */
-bool hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures);
+void hpkvm_journal_replay(HpkvmJournal *j, GPtrArray *failures);
 
 /* Keys of the task records: a task is only touched if still the same. */
 char *hpkvm_journal_task_key(pid_t pid, pid_t tid, uint64_t start);

@@ -725,7 +725,8 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
     HpkvmCpuSet online;
     unsigned core;
 
-    if (!s->leases) {
+    /* Boot vCPUs: check_placement() checked their cores at start. */
+    if (!s->leases || !DEVICE(cpu)->hotplugged) {
         return true;
     }
     if (index < 0 || (unsigned)index >= s->max_vcpus) {
