@@ -25,6 +25,7 @@ RUN_TARGETS := qemu-system-x86_64 \
 	pc-bios/multiboot_dma.bin \
 	tests/hpkvm/guest/hpkvm-guest.elf \
 	accel/hpkvm/qemu-hpkvm-recover \
+	accel/hpkvm/qemu-hpkvm-helper \
 	accel/hpkvm/qemu-hpkvm-check
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
@@ -35,6 +36,7 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-msi \
 	tests/unit/test-hpkvm-cpuset \
 	tests/unit/test-hpkvm-isolate \
+	tests/unit/test-hpkvm-helper-policy \
 	tests/unit/test-hpkvm-hpnet-select \
 	tests/unit/test-hpkvm-hpnet-probe \
 	tests/hpkvm/nested-host/qmp-exec \

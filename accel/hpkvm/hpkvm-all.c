@@ -62,9 +62,10 @@ static const struct {
     { "x-host-root", offsetof(HPKVMState, host_root),
       "for tests only: a fake tree standing for the host's /proc, /sys "
       "and cgroups (default /, the real host)" },
-    { "x-state-dir", offsetof(HPKVMState, state_dir),
-      "for tests only: the directory of the core leases and the journal, "
-      "under x-host-root (a real host has one, /run/hpkvm)" },
+    { "helper", offsetof(HPKVMState, helper_opt),
+      "the socket of qemu-hpkvm-helper, which leases host-cpus= and "
+      "isolates the host (default /run/qemu-hpkvm-helper.sock, under "
+      "x-host-root)" },
 };
 
 static void hpkvm_get_str(Object *obj, Visitor *v, const char *name,
@@ -194,7 +195,6 @@ static void hpkvm_accel_instance_init(Object *obj)
     s->halt_poll_ns = -1;
     s->dynamic_isolation = ON_OFF_AUTO_AUTO;
     s->host_root = g_strdup("/");
-    s->state_dir = g_strdup("/run/hpkvm");
 }
 
 static void hpkvm_accel_instance_finalize(Object *obj)

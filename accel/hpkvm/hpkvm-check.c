@@ -21,11 +21,14 @@
 #include "qemu/osdep.h"
 #include "qemu/cutils.h"
 #include "qemu/error-report.h"
+#include "qemu/sockets.h"
 #include "qapi/error.h"
 #include <sys/ioctl.h>
 #include "linux/kvm.h"
 #include "linux/hpkvm.h"
 #include "hpkvm-host.h"
+#include "hpkvm-helper-policy.h"
+#include "hpkvm-helper-proto.h"
 #include "hpkvm-lease.h"
 #include "net/hpnet/hpnet-probe.h"
 
@@ -394,6 +397,59 @@ static void check_numa(Ctx *c)
     }
 }
 
+/* QEMU asks qemu-hpkvm-helper for host-cpus=: is it there, who may? */
+static void check_helper(Ctx *c)
+{
+    g_autofree char *sock = hpkvm_host_path(&c->host, HPKVM_HELPER_SOCKET);
+    g_autofree char *policy = hpkvm_host_path(&c->host, HPKVM_HELPER_POLICY);
+    g_autoptr(HpkvmHelperPolicy) p = NULL;
+    g_autoptr(GArray) groups = g_array_new(false, false, sizeof(gid_t));
+    HpkvmPeer me = { .pid = getpid(), .uid = getuid(), .gid = getgid(),
+                     .groups = groups };
+    Error *err = NULL;
+    gid_t list[256];
+    int fd, n;
+
+    fd = unix_connect(sock, NULL);
+    if (fd < 0) {
+        /* Needed for host-cpus= only: a shared-core VM runs without. */
+        add(c, "helper", c->have_cores ? FAIL : WARN, "systemctl enable "
+            "--now qemu-hpkvm-helper.socket (see "
+            "docs/system/hpkvm-helper.rst)",
+            "qemu-hpkvm-helper does not answer on %s: QEMU refuses "
+            "host-cpus= without it", HPKVM_HELPER_SOCKET);
+    } else {
+        close(fd);
+        add(c, "helper", OK, NULL, "qemu-hpkvm-helper answers on %s",
+            HPKVM_HELPER_SOCKET);
+    }
+    p = hpkvm_helper_policy_load(policy, &err);
+    if (!p) {
+        add(c, "helper-policy", FAIL, "fix the file; the helper does not "
+            "start with it", "%s", error_get_pretty(err));
+        error_free(err);
+        return;
+    }
+    if (!c->have_cores || geteuid() == 0) {
+        add(c, "helper-policy", INFO, NULL, "%s read; root may lease any "
+            "core: run qemu-hpkvm-check as QEMU's user with --host-cpus= "
+            "to check that user", HPKVM_HELPER_POLICY);
+        return;
+    }
+    n = getgroups(ARRAY_SIZE(list), list);
+    if (n > 0) {
+        g_array_append_vals(groups, list, n);
+    }
+    if (hpkvm_helper_policy_allows(p, &me, &c->cores, &err)) {
+        add(c, "helper-policy", OK, NULL, "uid %u may lease the cores",
+            (unsigned)me.uid);
+    } else {
+        add(c, "helper-policy", FAIL, "add the allow line to the policy",
+            "%s", error_get_pretty(err));
+        error_free(err);
+    }
+}
+
 static void check_leftovers(Ctx *c)
 {
     g_autofree char *journal = g_strconcat(c->state_dir, "/host.journal",
@@ -541,6 +597,7 @@ int main(int argc, char **argv)
     check_vhost(&c);
     check_sriov(&c);
     check_numa(&c);
+    check_helper(&c);
     check_leftovers(&c);
 
     for (i = 0; i < c.checks->len; i++) {

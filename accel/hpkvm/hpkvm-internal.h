@@ -47,8 +47,9 @@ struct HPKVMState {
     /* Host cores and isolation (hpkvm-placement.c) */
     char *host_cpus_opt;        /* host-cpus= */
     char *housekeeping_opt;     /* housekeeping-cpus= */
-    char *host_root;            /* host-root=, "/" by default */
-    char *state_dir;            /* state-dir=, under host-root */
+    char *host_root;            /* x-host-root=, "/" by default */
+    char *helper_opt;           /* helper=: qemu-hpkvm-helper's socket */
+    char *helper_socket;        /* ... or its default, under the root */
     OnOffAuto dynamic_isolation;
     HpkvmHost host;
     HpkvmCpuSet housekeeping;
@@ -59,7 +60,6 @@ struct HPKVMState {
     unsigned nr_cores;
     HpkvmLeases *leases;        /* NULL without host-cpus= */
     HpkvmIsolation *isolation;
-    bool isolated;              /* this VM's leases are in the host state */
     bool first_run_checked;     /* pinning by others checked at first run */
     QEMUTimer *settle_timer;    /* KVM's own workers to housekeeping */
     HpkvmCpuSet start_affinity; /* QEMU's threads' before hpkvm's moves */

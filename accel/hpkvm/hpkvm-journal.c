@@ -520,23 +520,34 @@ static bool journal_same_task(const HpkvmHost *h, const char *key,
 }
 
 /* Move what is left in a cgroup hpkvm made to its parent, then drop it. */
+/* A task forking inside the cgroup between the move and the rmdir. */
+#define JOURNAL_RMDIR_TRIES 10
+
 static int journal_undo_mkdir(const HpkvmHost *h, const char *dir,
                               const char *parent_procs)
 {
     g_autofree char *procs = g_strconcat(dir, "/cgroup.procs", NULL);
-    g_autofree char *text = NULL;
-    g_auto(GStrv) pids = NULL;
-    int i;
+    int i, try, ret = -EBUSY;
 
-    if (hpkvm_host_read(h, procs, &text) == 0) {
-        pids = g_strsplit(text, "\n", -1);
-        for (i = 0; pids[i]; i++) {
-            if (*pids[i]) {
-                hpkvm_host_append(h, parent_procs, pids[i]);
+    /*
+     * The cgroup must be empty to go: move what is in it, again if a
+     * task forked there meanwhile (rmdir says EBUSY).
+     */
+    for (try = 0; try < JOURNAL_RMDIR_TRIES && ret == -EBUSY; try++) {
+        g_autofree char *text = NULL;
+        g_auto(GStrv) pids = NULL;
+
+        if (hpkvm_host_read(h, procs, &text) == 0) {
+            pids = g_strsplit(text, "\n", -1);
+            for (i = 0; pids[i]; i++) {
+                if (*pids[i]) {
+                    hpkvm_host_append(h, parent_procs, pids[i]);
+                }
             }
         }
+        ret = hpkvm_host_rmdir(h, dir);
     }
-    return hpkvm_host_rmdir(h, dir);
+    return ret;
 }
 
 static int journal_undo(const HpkvmHost *h, const JournalEntry *e)

@@ -31,16 +31,31 @@ static int ofd_lock(int fd, int cmd, short type)
     return fcntl(fd, cmd, &fl) < 0 ? -errno : 0;
 }
 
-/* The pid a lease file names, 0 if none. */
-static pid_t lease_owner(int fd)
+/* The pid a lease file names, 0 if none; whether it says "shared". */
+static pid_t lease_owner(int fd, bool *shared)
 {
     char buf[32] = "";
+    const char *end = NULL;
     int pid = 0;
 
-    if (pread(fd, buf, sizeof(buf) - 1, 0) > 0) {
-        qemu_strtoi(buf, NULL, 10, &pid);
+    if (pread(fd, buf, sizeof(buf) - 1, 0) > 0 &&
+        qemu_strtoi(buf, &end, 10, &pid) == 0 && shared) {
+        *shared = g_str_has_prefix(end, " shared");
     }
     return pid > 0 ? pid : 0;
+}
+
+/* Names @l's owner in the lease file @fd. */
+static int lease_write_owner(const HpkvmLeases *l, int fd)
+{
+    g_autofree char *text = g_strdup_printf("%d%s\n", l->owner,
+                                            l->shared ? " shared" : "");
+
+    if (ftruncate(fd, 0) < 0 ||
+        pwrite(fd, text, strlen(text), 0) != strlen(text)) {
+        return -errno;
+    }
+    return 0;
 }
 
 static bool lease_locked(int fd)
@@ -61,6 +76,8 @@ void hpkvm_leases_init(HpkvmLeases *l)
     for (i = 0; i < HPKVM_MAX_HOST_CPUS; i++) {
         l->fd[i] = -1;
     }
+    l->owner = getpid();
+    l->shared = false;
 }
 
 bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
@@ -77,7 +94,6 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
     /* Ascending order; a refusal releases what was taken. */
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         g_autofree char *name = g_strdup_printf("cpu%u", cpu);
-        g_autofree char *pid = g_strdup_printf("%d\n", getpid());
         int fd = hpkvm_state_file_open(dfd, dir, name, O_RDWR | O_CREAT,
                                        errp);
         int ret;
@@ -89,7 +105,7 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
         }
         ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
         if (ret < 0) {
-            pid_t owner = lease_owner(fd);
+            pid_t owner = lease_owner(fd, NULL);
 
             close(fd);
             if (ret == -EAGAIN || ret == -EACCES) {
@@ -102,16 +118,16 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
             }
             goto fail;
         }
-        if (ftruncate(fd, 0) < 0 ||
-            pwrite(fd, pid, strlen(pid), 0) != strlen(pid)) {
-            error_setg_errno(errp, errno, "hpkvm: cannot write the lease "
+        ret = lease_write_owner(l, fd);
+        if (ret < 0) {
+            error_setg_errno(errp, -ret, "hpkvm: cannot write the lease "
                              "of host core %u, %s/%s", cpu, dir, name);
             close(fd);
             goto fail;
         }
         l->fd[cpu] = fd;
         set_bit(cpu, l->held.bits);
-        trace_hpkvm_lease_take(cpu, getpid());
+        trace_hpkvm_lease_take(cpu, l->owner);
     }
     close(dfd);
     return true;
@@ -122,28 +138,76 @@ fail:
     return false;
 }
 
-bool hpkvm_leases_adopt(HpkvmLeases *l, unsigned cpu, int fd, Error **errp)
+bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
+                        const char *state_dir, unsigned cpu, int fd,
+                        Error **errp)
 {
-    g_autofree char *pid = g_strdup_printf("%d\n", getpid());
-    int ret;
+    g_autofree char *dir = NULL;
+    g_autofree char *name = g_strdup_printf("cpu%u", cpu);
+    int dfd = lease_dir(h, state_dir, &dir, errp);
+    struct stat given, file;
+    int own, ret;
+    bool locked;
 
-    /* Our description holds the lock already: locking again is a no-op. */
-    ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
-    if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: the lease of host core %u "
-                         "handed over by the previous QEMU is not held",
-                         cpu);
+    if (dfd < 0) {
         return false;
     }
-    if (ftruncate(fd, 0) < 0 ||
-        pwrite(fd, pid, strlen(pid), 0) != strlen(pid)) {
-        error_setg_errno(errp, errno, "hpkvm: cannot write the lease of "
+    own = hpkvm_state_file_open(dfd, dir, name, O_RDWR, errp);
+    close(dfd);
+    if (own < 0) {
+        error_prepend(errp, "hpkvm: the lease of host core %u cannot be "
+                      "handed over: ", cpu);
+        return false;
+    }
+    /*
+     * The file must be the lease itself, locked (seen from our own
+     * description), and the lock the one of the description handed
+     * over: locking again through it is then a no-op.
+     */
+    locked = lease_locked(own);
+    ret = fstat(fd, &given) < 0 || fstat(own, &file) < 0 ? -errno : 0;
+    close(own);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "hpkvm: cannot check the lease of host "
+                         "core %u handed over", cpu);
+        return false;
+    }
+    if (given.st_dev == file.st_dev && given.st_ino == file.st_ino &&
+        locked) {
+        ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
+    }
+    if (given.st_dev != file.st_dev || given.st_ino != file.st_ino ||
+        !locked || ret < 0) {
+        error_setg(errp, "hpkvm: the file handed over for host core %u is "
+                   "not its lease, %s/%s, holding its lock", cpu, dir, name);
+        return false;
+    }
+    ret = lease_write_owner(l, fd);
+    if (ret < 0) {
+        error_setg_errno(errp, -ret, "hpkvm: cannot write the lease of "
                          "host core %u", cpu);
         return false;
     }
     l->fd[cpu] = fd;
     set_bit(cpu, l->held.bits);
-    trace_hpkvm_lease_adopt(cpu, getpid());
+    trace_hpkvm_lease_adopt(cpu, l->owner);
+    return true;
+}
+
+bool hpkvm_leases_set_shared(HpkvmLeases *l, bool shared, Error **errp)
+{
+    unsigned cpu;
+    int ret;
+
+    l->shared = shared;
+    HPKVM_CPUSET_FOREACH(cpu, &l->held) {
+        ret = lease_write_owner(l, l->fd[cpu]);
+        if (ret < 0) {
+            error_setg_errno(errp, -ret, "hpkvm: cannot write the lease of "
+                             "host core %u", cpu);
+            return false;
+        }
+    }
     return true;
 }
 
@@ -193,8 +257,13 @@ bool hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
         }
         /* Our own leases too: OFD locks conflict across descriptions. */
         if (lease_locked(fd)) {
+            bool shared = false;
+
             set_bit(cpu, map->leased.bits);
-            map->owner[cpu] = lease_owner(fd);
+            map->owner[cpu] = lease_owner(fd, &shared);
+            if (shared) {
+                set_bit(cpu, map->shared.bits);
+            }
         }
         close(fd);
     }

@@ -6,7 +6,8 @@
  * in the trusted state directory of hpkvm-state-dir.h):
  * taking it cannot race, and the kernel drops it when the owner exits,
  * however it exits, so a lease never outlives its VM.  The file holds the
- * owner's pid, for messages and for the isolation of its threads.
+ * owner's pid, for messages and for the isolation of its threads, and
+ * "shared" after it if the VM runs without isolation.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -21,11 +22,14 @@
 typedef struct HpkvmLeases {
     HpkvmCpuSet held;
     int fd[HPKVM_MAX_HOST_CPUS];
+    pid_t owner;                /* the VM's QEMU; this process by default */
+    bool shared;                /* the host is not isolated from them */
 } HpkvmLeases;
 
 /* Who holds which core, host-wide. */
 typedef struct HpkvmLeaseMap {
     HpkvmCpuSet leased;
+    HpkvmCpuSet shared;         /* leased by VMs without isolation */
     pid_t owner[HPKVM_MAX_HOST_CPUS];
 } HpkvmLeaseMap;
 
@@ -34,8 +38,15 @@ void hpkvm_leases_init(HpkvmLeases *l);
 bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                        const char *state_dir, const HpkvmCpuSet *cores,
                        Error **errp);
-/* Take over the lease on @cpu whose open file @fd was handed over (CPR). */
-bool hpkvm_leases_adopt(HpkvmLeases *l, unsigned cpu, int fd, Error **errp);
+/*
+ * Take over the lease on @cpu whose open file @fd was handed over (CPR):
+ * it must be <state-dir>/leases/cpuN and hold its lock.  @l keeps @fd.
+ */
+bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
+                        const char *state_dir, unsigned cpu, int fd,
+                        Error **errp);
+/* Whether the host is isolated from the cores of @l, for every scan. */
+bool hpkvm_leases_set_shared(HpkvmLeases *l, bool shared, Error **errp);
 void hpkvm_leases_release(HpkvmLeases *l);
 
 /*
@@ -44,6 +55,12 @@ void hpkvm_leases_release(HpkvmLeases *l);
  */
 bool hpkvm_leases_scan(const HpkvmHost *h, const char *state_dir,
                        HpkvmLeaseMap *map, Error **errp);
+
+/* What isolation takes from @map: the leases of VMs isolated. */
+static inline void hpkvm_leases_isolated(HpkvmLeaseMap *map)
+{
+    hpkvm_cpuset_andnot(&map->leased, &map->leased, &map->shared);
+}
 
 /*
  * Serialises changes of the host's isolation between VMs (and the

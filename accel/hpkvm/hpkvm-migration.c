@@ -14,7 +14,8 @@
  * The source's leases and isolation stay until the migration completes,
  * then go as at exit; a failed migration changes nothing.  With CPR
  * (cpr-transfer) the lease files' open descriptions are handed to the new
- * QEMU, which owns the cores from then on without a gap.
+ * QEMU, which has qemu-hpkvm-helper adopt them and owns the cores from
+ * then on without a gap.
  *
  * Copyright (c) 2026 The hpkvm developers
  *

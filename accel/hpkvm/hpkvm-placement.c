@@ -4,15 +4,17 @@
  *
  * At machine initialisation, before KVM creates anything: every check of
  * host-cpus= and housekeeping-cpus= (each refusal names the core and the
- * fix), then, under the host lock, the leases (all or nothing) and the
- * host's isolation, then QEMU's threads to the housekeeping cores.  Each
+ * fix), then the leases (all or nothing) and the host's isolation, which
+ * qemu-hpkvm-helper makes (hpkvm-helper.c; QEMU, as any user, holds the
+ * open leases it is given), then QEMU's threads to the housekeeping
+ * cores.  Each
  * vCPU thread is bound to its core from its own thread before it first
  * enters the guest (hot-plugged ones too: host-cpus= must cover
  * -smp maxcpus).  What cannot be so (a bind the kernel refuses, pinning
  * by a manager that contradicts host-cpus=) stops the VM, not QEMU,
  * with the reason and the fix; a CPU whose core is gone is refused at
- * device_add.  At exit the leases go and the host is reconciled with
- * the leases left; see hpkvm-isolate.h for the undoing after a crash.
+ * device_add.  At exit the leases go and the helper reconciles the host
+ * with the leases left; it does the same the moment QEMU dies.
  * If KVM's own initialisation fails after this, all of it is undone
  * before QEMU tries the next -accel entry.
  *
@@ -33,6 +35,8 @@
 #include "qemu/timer.h"
 #include "migration/cpr.h"
 #include "hpkvm-internal.h"
+#include "hpkvm-helper-client.h"
+#include "hpkvm-helper-proto.h"
 #include "hpkvm-isolate.h"
 #include "hpkvm-kernel.h"
 #include "trace.h"
@@ -221,11 +225,23 @@ static void placement_unpin_threads(HPKVMState *s)
 
 static void placement_settle(void *opaque)
 {
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
     HPKVMState *s = opaque;
+    Error *err = NULL;
 
     pin_other_threads(s, SETTLED, NULL);
     timer_free(s->settle_timer);
     s->settle_timer = NULL;
+    /*
+     * KVM's kernel threads for this VM (kvm-pit, kvm-nx-lpage-recovery
+     * on Linux 6.1) exist by now, and are not QEMU's: the helper keeps
+     * them off the leased cores as it keeps every host task.
+     */
+    if (s->leases && !hpkvm_cpuset_empty(&s->leases->held) &&
+        s->isolation && s->isolation->active &&
+        !hpkvm_helper_reconcile(s->helper_socket, failures, &err)) {
+        warn_report_err(err);
+    }
 }
 
 /*
@@ -327,89 +343,31 @@ static void placement_vm_state_change(void *opaque, bool running,
               qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + SETTLE_MS);
 }
 
-/* Under the host lock: bring the host in line with the leases. */
-static HpkvmIsolation *placement_reconcile(HPKVMState *s,
-                                           const HpkvmCpuSet *cores,
-                                           GPtrArray *failures,
-                                           Error **errp)
-{
-    g_autoptr(HpkvmJournal) j = hpkvm_journal_open(&s->host, s->state_dir,
-                                                    errp);
-    HpkvmLeaseMap *map;
-    HpkvmIsolation *rep;
-    HpkvmIsolateRequest req;
-
-    if (!j) {
-        return NULL;
-    }
-    map = g_new0(HpkvmLeaseMap, 1);
-    if (!hpkvm_leases_scan(&s->host, s->state_dir, map, errp)) {
-        g_free(map);
-        return NULL;
-    }
-    if (!s->isolated && s->leases) {
-        /* Cores this VM holds without isolation are the host's. */
-        bitmap_andnot(map->leased.bits, map->leased.bits,
-                      s->leases->held.bits, HPKVM_MAX_HOST_CPUS);
-    }
-    req = (HpkvmIsolateRequest) {
-        .host = &s->host,
-        .journal = j,
-        .leases = map,
-        .report_cores = *cores,
-        .self = getpid(),       /* QEMU places its own threads */
-    };
-    rep = hpkvm_isolate_reconcile(&req, failures, errp);
-    g_free(map);
-    return rep;
-}
-
 void hpkvm_placement_release(HPKVMState *s, const char *why)
 {
     g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
-    g_autoptr(HpkvmIsolation) rep = NULL;
     g_autofree char *cores = NULL;
     Error *err = NULL;
-    HpkvmCpuSet none;
     unsigned cpu;
-    int lock, i;
+    int i;
 
     if (!s->leases || hpkvm_cpuset_empty(&s->leases->held)) {
         return;
     }
     trace_hpkvm_placement_release(why);
     cores = hpkvm_cpuset_format(&s->leases->held);
-    lock = hpkvm_leases_lock_host(&s->host, s->state_dir, &err);
     HPKVM_CPUSET_FOREACH(cpu, &s->leases->held) {
         cpr_delete_fd(CPR_LEASE, cpu);
     }
     /* After a CPR hand-over the new QEMU still holds them: nothing goes. */
     hpkvm_leases_release(s->leases);
-    if (lock < 0) {
-        /*
-         * The cores go all the same, or no VM could lease them until
-         * QEMU exits.  The host is not changed without the lock (another
-         * VM may be changing it); the journal stays for whoever takes
-         * the lock next, as after a crash.
-         */
+    if (!hpkvm_helper_reconcile(s->helper_socket, failures, &err)) {
+        /* The helper sees QEMU exit (its pidfd) and reconciles then. */
         warn_report_err(err);
-        if (s->isolated) {
-            s->isolated = false;
-            warn_report("hpkvm: host cores %s released (%s) without the "
-                        "host lock, so the host's isolation of them is "
-                        "not undone yet: the next VM to start, or "
-                        "qemu-hpkvm-recover, undoes it", cores, why);
-        }
+        warn_report("hpkvm: host cores %s released (%s), but the host's "
+                    "isolation of them stays until qemu-hpkvm-helper sees "
+                    "QEMU exit", cores, why);
         return;
-    }
-    if (s->isolated) {
-        s->isolated = false;
-        hpkvm_cpuset_clear(&none);
-        rep = placement_reconcile(s, &none, failures, &err);
-    }
-    close(lock);
-    if (err) {
-        error_report_err(err);
     }
     for (i = 0; i < failures->len; i++) {
         warn_report("hpkvm: could not restore %s",
@@ -489,152 +447,53 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
 }
 
 /*
- * The leases a previous QEMU handed over (cpr-transfer) are adopted, the
- * rest taken; all are offered to a next CPR hand-over.
+ * The helper leases the cores and isolates the host; the leases a
+ * previous QEMU handed over (cpr-transfer) are adopted.  All are offered
+ * to a next CPR hand-over.
  */
-static bool take_leases(HPKVMState *s, const HpkvmCpuSet *cores,
-                        Error **errp)
+static bool placement_lease(HPKVMState *s, const HpkvmCpuSet *cores,
+                            Error **errp)
 {
-    HpkvmCpuSet rest = *cores;
+    HpkvmCpuSet adopted, taken, hk;
     unsigned cpu;
     int fd;
 
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         fd = cpr_is_incoming() ? cpr_find_fd(CPR_LEASE, cpu) : -1;
-        if (fd < 0) {
-            continue;
+        if (fd >= 0) {
+            s->leases->fd[cpu] = fd;
+            set_bit(cpu, s->leases->held.bits);
         }
-        if (!hpkvm_leases_adopt(s->leases, cpu, fd, errp)) {
-            hpkvm_leases_release(s->leases);
-            return false;
-        }
-        clear_bit(cpu, rest.bits);
     }
-    if (!hpkvm_leases_take(s->leases, &s->host, s->state_dir, &rest,
-                           errp)) {
+    adopted = s->leases->held;
+    if (!hpkvm_helper_lease(s->helper_socket, cores, s->housekeeping_opt,
+                            s->dynamic_isolation, s->leases, &hk,
+                            &s->isolation, errp)) {
         hpkvm_leases_release(s->leases);
         return false;
     }
-    HPKVM_CPUSET_FOREACH(cpu, &rest) {
+    s->housekeeping = hk;
+    hpkvm_cpuset_andnot(&taken, &s->leases->held, &adopted);
+    HPKVM_CPUSET_FOREACH(cpu, &taken) {
         cpr_save_fd(CPR_LEASE, cpu, s->leases->fd[cpu]);
     }
+    if (!s->isolation->active && s->dynamic_isolation == ON_OFF_AUTO_AUTO) {
+        warn_report("hpkvm: dynamic isolation is off: %s",
+                    s->isolation->reason);
+    }
     return true;
-}
-
-/*
- * Isolation failed part way (dynamic-isolation=auto goes on without it):
- * put back what it changed, i.e. the host as if this VM's cores were not
- * leased, so that the report saying "off" is true; or, if that fails
- * too, say what stays until QEMU exits.  Takes @failed; returns why
- * isolation is off.
- */
-static char *placement_isolation_rollback(HPKVMState *s,
-                                          const HpkvmCpuSet *cores,
-                                          Error *failed)
-{
-    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
-    g_autoptr(HpkvmIsolation) back = NULL;
-    Error *err = NULL;
-    char *reason;
-
-    s->isolated = false;
-    back = placement_reconcile(s, cores, failures, &err);
-    if (back && !failures->len) {
-        reason = g_strdup_printf("%s; the changes already made were put "
-                                 "back", error_get_pretty(failed));
-    } else {
-        g_autofree char *why = NULL;
-
-        /* The exit reconciles again. */
-        s->isolated = true;
-        if (err) {
-            g_ptr_array_add(failures, g_strdup(error_get_pretty(err)));
-        }
-        g_ptr_array_add(failures, NULL);
-        why = g_strjoinv("; ", (char **)failures->pdata);
-        reason = g_strdup_printf("%s; some changes already made stay until "
-                                 "QEMU exits: %s", error_get_pretty(failed),
-                                 why);
-    }
-    error_free(err);
-    error_free(failed);
-    return reason;
-}
-
-/* Under the host lock: leases, then isolation as dynamic-isolation says. */
-static bool lease_and_isolate(HPKVMState *s, const HpkvmCpuSet *cores,
-                              Error **errp)
-{
-    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
-    Error *local_err = NULL;
-    g_autofree char *reason = NULL;
-    HpkvmCpuSet taken;
-    bool ok = false;
-    unsigned cpu;
-
-    /* Default housekeeping: the cores no one leases. */
-    if (!hpkvm_leases_scan(&s->host, s->state_dir, map, errp)) {
-        goto out;
-    }
-    if (!s->housekeeping_opt) {
-        hpkvm_cpuset_andnot(&s->housekeeping, &s->housekeeping, &map->leased);
-    }
-    bitmap_and(taken.bits, s->housekeeping.bits, map->leased.bits,
-               HPKVM_MAX_HOST_CPUS);
-    if (!hpkvm_cpuset_empty(&taken)) {
-        cpu = hpkvm_cpuset_next(&taken, 0);
-        error_setg(errp, "hpkvm: housekeeping core %u is leased by another "
-                   "VM (pid %d): choose other housekeeping-cpus=", cpu,
-                   map->owner[cpu]);
-        goto out;
-    }
-    if (hpkvm_cpuset_empty(&s->housekeeping)) {
-        error_setg(errp, "hpkvm: every core outside host-cpus= is leased by "
-                   "other VMs: none is left for QEMU's other threads; set "
-                   "housekeeping-cpus=");
-        goto out;
-    }
-    if (!take_leases(s, cores, errp)) {
-        goto out;
-    }
-    ok = true;
-    if (s->dynamic_isolation == ON_OFF_AUTO_OFF) {
-        s->isolation = hpkvm_isolate_report_off(&s->host, cores,
-                                                s->dynamic_isolation,
-                                                "dynamic-isolation=off");
-        goto out;
-    }
-    s->isolated = true;
-    s->isolation = placement_reconcile(s, cores, NULL, &local_err);
-    if (s->isolation) {
-        s->isolation->requested = s->dynamic_isolation;
-        goto out;
-    }
-    if (s->dynamic_isolation == ON_OFF_AUTO_ON) {
-        error_setg(errp, "%s (dynamic-isolation=on): run QEMU as root, or "
-                   "use dynamic-isolation=auto to go on without isolation",
-                   error_get_pretty(local_err));
-        error_free(local_err);
-        ok = false;
-        goto out;
-    }
-    reason = placement_isolation_rollback(s, cores, local_err);
-    s->isolation = hpkvm_isolate_report_off(&s->host, cores,
-                                            s->dynamic_isolation, reason);
-    warn_report("hpkvm: dynamic isolation is off: %s", reason);
-out:
-    g_free(map);
-    return ok;
 }
 
 bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
 {
     HpkvmCpuSet cores;
-    Error *local_err = NULL;
-    int lock;
-    bool ok;
 
     hpkvm_host_init(&s->host, s->host_root);
+    if (s->helper_opt && *s->helper_opt) {
+        s->helper_socket = g_strdup(s->helper_opt);
+    } else {
+        s->helper_socket = hpkvm_host_path(&s->host, HPKVM_HELPER_SOCKET);
+    }
     if (!s->host_cpus_opt) {
         if (s->housekeeping_opt) {
             error_setg(errp, "hpkvm: housekeeping-cpus= needs host-cpus=: "
@@ -659,31 +518,18 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
 
     s->leases = g_new0(HpkvmLeases, 1);
     hpkvm_leases_init(s->leases);
-    lock = hpkvm_leases_lock_host(&s->host, s->state_dir, errp);
-    if (lock < 0) {
+    if (!placement_lease(s, &cores, errp)) {
         return false;
     }
-    ok = lease_and_isolate(s, &cores, errp);
-    if (ok) {
-        s->exit_notifier.notify = placement_exit;
-        qemu_add_exit_notifier(&s->exit_notifier);
-        s->vm_state_entry = qemu_add_vm_change_state_handler(
-            placement_vm_state_change, s);
-    } else if (s->isolated) {
-        /* Isolation failed half way: put back what was changed. */
-        hpkvm_leases_release(s->leases);
-        s->isolated = false;
-        hpkvm_cpuset_clear(&cores);
-        qapi_free_HpkvmIsolation(placement_reconcile(s, &cores, NULL,
-                                                     &local_err));
-        error_free(local_err);
-    }
-    close(lock);
-    if (ok && hpkvm_get_affinity(0, &s->start_affinity)) {
+    s->exit_notifier.notify = placement_exit;
+    qemu_add_exit_notifier(&s->exit_notifier);
+    s->vm_state_entry = qemu_add_vm_change_state_handler(
+        placement_vm_state_change, s);
+    if (hpkvm_get_affinity(0, &s->start_affinity)) {
         s->threads_pinned = true;
         pin_other_threads(s, AT_START, NULL);
     }
-    return ok;
+    return true;
 }
 
 void hpkvm_placement_undo(HPKVMState *s)
@@ -796,7 +642,8 @@ void hpkvm_placement_finalize(HPKVMState *s)
     g_free(s->host_cpus_opt);
     g_free(s->housekeeping_opt);
     g_free(s->host_root);
-    g_free(s->state_dir);
+    g_free(s->helper_opt);
+    g_free(s->helper_socket);
     g_free(s->vcpu_core);
     g_free(s->vcpu_tid);
     g_free(s->vcpu_deferred);

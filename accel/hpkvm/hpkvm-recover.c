@@ -63,6 +63,7 @@ int main(int argc, char **argv)
     lock = hpkvm_leases_lock_host(&host, state_dir, &error_fatal);
     j = hpkvm_journal_open(&host, state_dir, &error_fatal);
     hpkvm_leases_scan(&host, state_dir, map, &error_fatal);
+    hpkvm_leases_isolated(map);
     leased = hpkvm_cpuset_format(&map->leased);
     printf("journal %s%s: %s\n", host.root, hpkvm_journal_path(j),
            hpkvm_journal_empty(j) ? "empty" : "has changes");

@@ -1,0 +1,748 @@
+/*
+ * qemu-hpkvm-helper: the one owner of hpkvm's host changes
+ *
+ * QEMU, as whatever user runs it, asks this helper (root, started by
+ * systemd like qemu-pr-helper) to lease host cores and isolate the host
+ * from them.  The helper alone holds the state directory, the leases'
+ * files, the journal and every isolation write; QEMU gets the open
+ * leases (SCM_RIGHTS) and holds them, so a lease still dies with its VM
+ * and a CPR hand-over still passes it on.  Each client is authenticated
+ * (SO_PEERCRED) and held to the host's policy; its pidfd tells the helper
+ * the moment it dies, and the host is reconciled at once.  Started anew,
+ * the helper watches the owners of the leases alive and reconciles, so
+ * nothing a crash of the helper missed stays.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include <getopt.h>
+#include <sys/syscall.h>
+#include <glib-unix.h>
+#include "qemu/cutils.h"
+#include "qemu/error-report.h"
+#include "qemu/sockets.h"
+#include "qemu/systemd.h"
+#include "qapi/error.h"
+#include "qapi/qapi-visit-hpkvm.h"
+#include "qapi/qobject-output-visitor.h"
+#include "qobject/qlist.h"
+#include "qobject/qnum.h"
+#include "qobject/qstring.h"
+#include "hpkvm-helper-policy.h"
+#include "hpkvm-helper-proto.h"
+#include "hpkvm-isolate.h"
+#include "hpkvm-state-dir.h"
+
+#define CPU_ONLINE "/sys/devices/system/cpu/online"
+
+/* A client that sends nothing may hold the helper this long. */
+#define HELPER_REQUEST_TIMEOUT_S 10
+
+typedef struct Helper {
+    HpkvmHost host;
+    char *state_dir;
+    HpkvmHelperPolicy *policy;
+    GHashTable *watched;        /* pid -> its pidfd's GSource id */
+    GMainLoop *loop;
+} Helper;
+
+static int helper_pidfd_open(pid_t pid)
+{
+    return syscall(SYS_pidfd_open, pid, 0);
+}
+
+/*
+ * Under the host lock: the host as the leases alive say.  @self is not
+ * moved (the client placing its own threads); the report covers
+ * @report_cores.
+ */
+static HpkvmIsolation *helper_reconcile(Helper *h,
+                                        const HpkvmCpuSet *report_cores,
+                                        pid_t self, GPtrArray *failures,
+                                        Error **errp)
+{
+    g_autoptr(HpkvmJournal) j = hpkvm_journal_open(&h->host, h->state_dir,
+                                                    errp);
+    g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmIsolateRequest req;
+
+    if (!j || !hpkvm_leases_scan(&h->host, h->state_dir, map, errp)) {
+        return NULL;
+    }
+    hpkvm_leases_isolated(map);
+    req = (HpkvmIsolateRequest) {
+        .host = &h->host,
+        .journal = j,
+        .leases = map,
+        .report_cores = *report_cores,
+        .self = self,
+    };
+    return hpkvm_isolate_reconcile(&req, failures, errp);
+}
+
+/* Reconcile with no report, saying what could not be restored. */
+static bool helper_reconcile_all(Helper *h, const char *why,
+                                 GPtrArray *failures)
+{
+    g_autoptr(GPtrArray) own = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(HpkvmIsolation) rep = NULL;
+    Error *err = NULL;
+    HpkvmCpuSet none;
+    guint i;
+    int lock;
+
+    failures = failures ? failures : own;
+    hpkvm_cpuset_clear(&none);
+    lock = hpkvm_leases_lock_host(&h->host, h->state_dir, &err);
+    if (lock >= 0) {
+        rep = helper_reconcile(h, &none, 0, failures, &err);
+        close(lock);
+    }
+    if (err) {
+        error_report("%s: %s", why, error_get_pretty(err));
+        g_ptr_array_add(failures, g_strdup(error_get_pretty(err)));
+        error_free(err);
+    }
+    for (i = 0; i < failures->len; i++) {
+        error_report("%s: could not restore %s", why,
+                     (char *)g_ptr_array_index(failures, i));
+    }
+    return rep && !failures->len;
+}
+
+static gboolean helper_client_died(gint fd, GIOCondition cond, gpointer data)
+{
+    Helper *h = data;
+    g_autofree char *why = NULL;
+    GHashTableIter it;
+    gpointer pid, id;
+
+    g_hash_table_iter_init(&it, h->watched);
+    while (g_hash_table_iter_next(&it, &pid, &id)) {
+        if (GPOINTER_TO_UINT(id) == g_source_get_id(g_main_current_source())) {
+            why = g_strdup_printf("pid %d exited", GPOINTER_TO_INT(pid));
+            g_hash_table_iter_remove(&it);
+            break;
+        }
+    }
+    /* Its leases died with it (the kernel dropped their locks). */
+    if (helper_reconcile_all(h, why ? why : "a client exited", NULL)) {
+        info_report("%s: host reconciled", why ? why : "a client exited");
+    }
+    close(fd);
+    return G_SOURCE_REMOVE;
+}
+
+/* Undo what @pid's VM holds as soon as it dies, however it dies. */
+static bool helper_watch(Helper *h, pid_t pid, Error **errp)
+{
+    int fd;
+    guint id;
+
+    if (g_hash_table_contains(h->watched, GINT_TO_POINTER(pid))) {
+        return true;
+    }
+    fd = helper_pidfd_open(pid);
+    if (fd < 0) {
+        error_setg_errno(errp, errno, "cannot watch pid %d", pid);
+        return false;
+    }
+    id = g_unix_fd_add(fd, G_IO_IN, helper_client_died, h);
+    g_hash_table_insert(h->watched, GINT_TO_POINTER(pid),
+                        GUINT_TO_POINTER(id));
+    return true;
+}
+
+/* The supplementary groups of @pid, as its /proc/PID/status says. */
+static bool helper_peer_groups(HpkvmPeer *peer, Error **errp)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/status", peer->pid);
+    g_autofree char *text = NULL;
+    g_auto(GStrv) lines = NULL;
+    int i;
+
+    if (!g_file_get_contents(path, &text, NULL, NULL)) {
+        error_setg(errp, "cannot read %s", path);
+        return false;
+    }
+    lines = g_strsplit(text, "\n", -1);
+    for (i = 0; lines[i]; i++) {
+        g_auto(GStrv) ids = NULL;
+        unsigned uid, j;
+
+        if (g_str_has_prefix(lines[i], "Uid:")) {
+            /* Still the process that connected: the same real uid. */
+            if (sscanf(lines[i] + 4, "%u", &uid) != 1 || uid != peer->uid) {
+                error_setg(errp, "pid %d is not the client that connected",
+                           peer->pid);
+                return false;
+            }
+        }
+        if (!g_str_has_prefix(lines[i], "Groups:")) {
+            continue;
+        }
+        ids = g_strsplit_set(g_strstrip(lines[i] + 7), " \t", -1);
+        for (j = 0; ids[j]; j++) {
+            unsigned gid;
+
+            if (*ids[j] && !qemu_strtoui(ids[j], NULL, 10, &gid)) {
+                gid_t g = gid;
+
+                g_array_append_val(peer->groups, g);
+            }
+        }
+    }
+    return true;
+}
+
+static const char *helper_arg_str(QDict *args, const char *key, bool need,
+                                  Error **errp)
+{
+    QObject *o = qdict_get(args, key);
+
+    if (!o && !need) {
+        return NULL;
+    }
+    if (!qobject_to(QString, o)) {
+        error_setg(errp, "'%s' must be a string", key);
+        return NULL;
+    }
+    return qstring_get_str(qobject_to(QString, o));
+}
+
+/* What a "lease" asks, checked against the host and its policy. */
+typedef struct LeaseAsk {
+    HpkvmCpuSet cores;
+    HpkvmCpuSet adopt;          /* handed over by a previous QEMU (CPR) */
+    const char *housekeeping;   /* NULL: the cores no one leases */
+    OnOffAuto isolation;
+} LeaseAsk;
+
+static bool helper_parse_lease(Helper *h, QDict *args, size_t nfds,
+                               const HpkvmPeer *peer, LeaseAsk *ask,
+                               Error **errp)
+{
+    const char *cores, *iso;
+    QList *adopt = qdict_haskey(args, "adopt") ?
+                   qdict_get_qlist(args, "adopt") : NULL;
+    const QListEntry *e;
+    size_t n = 0;
+    int v;
+
+    cores = helper_arg_str(args, "cores", true, errp);
+    if (!cores ||
+        !hpkvm_cpuset_parse(cores, &ask->cores, "host-cpus", errp)) {
+        return false;
+    }
+    ask->housekeeping = helper_arg_str(args, "housekeeping", false, errp);
+    iso = helper_arg_str(args, "isolation", true, errp);
+    if (!iso) {
+        return false;
+    }
+    v = qapi_enum_parse(&OnOffAuto_lookup, iso, -1, errp);
+    if (v < 0) {
+        return false;
+    }
+    ask->isolation = v;
+    if (hpkvm_cpuset_empty(&ask->cores)) {
+        error_setg(errp, "no host core to lease");
+        return false;
+    }
+    if (hpkvm_cpuset_count(&ask->cores) > HPKVM_HELPER_MAX_FDS) {
+        error_setg(errp, "%u host cores for one VM: the helper hands over "
+                   "at most %d", hpkvm_cpuset_count(&ask->cores),
+                   HPKVM_HELPER_MAX_FDS);
+        return false;
+    }
+    hpkvm_cpuset_clear(&ask->adopt);
+    for (e = adopt ? qlist_first(adopt) : NULL; e; e = qlist_next(e)) {
+        QNum *num = qobject_to(QNum, qlist_entry_obj(e));
+        int64_t cpu;
+
+        if (!num || !qnum_get_try_int(num, &cpu) ||
+            !hpkvm_cpuset_has(&ask->cores, cpu) ||
+            hpkvm_cpuset_has(&ask->adopt, cpu)) {
+            error_setg(errp, "'adopt' must list cores of 'cores', once each");
+            return false;
+        }
+        set_bit(cpu, ask->adopt.bits);
+        n++;
+    }
+    if (n != nfds) {
+        error_setg(errp, "'adopt' lists %zu cores, but %zu files came", n,
+                   nfds);
+        return false;
+    }
+    return hpkvm_helper_policy_allows(h->policy, peer, &ask->cores, errp);
+}
+
+/* Under the host lock: the cores QEMU's other threads and the host keep. */
+static bool helper_housekeeping(Helper *h, const LeaseAsk *ask,
+                                const HpkvmLeaseMap *map, HpkvmCpuSet *hk,
+                                Error **errp)
+{
+    HpkvmCpuSet online, taken;
+    unsigned cpu;
+
+    if (ask->housekeeping) {
+        if (!hpkvm_cpuset_parse(ask->housekeeping, hk, "housekeeping-cpus",
+                                errp)) {
+            return false;
+        }
+    } else {
+        if (!hpkvm_host_read_cpus(&h->host, CPU_ONLINE, &online, errp)) {
+            return false;
+        }
+        hpkvm_cpuset_andnot(hk, &online, &ask->cores);
+        hpkvm_cpuset_andnot(hk, hk, &map->leased);
+    }
+    bitmap_and(taken.bits, hk->bits, map->leased.bits, HPKVM_MAX_HOST_CPUS);
+    if (!hpkvm_cpuset_empty(&taken)) {
+        cpu = hpkvm_cpuset_next(&taken, 0);
+        error_setg(errp, "hpkvm: housekeeping core %u is leased by another "
+                   "VM (pid %d): choose other housekeeping-cpus=", cpu,
+                   map->owner[cpu]);
+        return false;
+    }
+    if (hpkvm_cpuset_empty(hk)) {
+        error_setg(errp, "hpkvm: every core outside host-cpus= is leased by "
+                   "other VMs: none is left for QEMU's other threads; set "
+                   "housekeeping-cpus=");
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Isolation failed part way (dynamic-isolation=auto goes on without
+ * it): the leases become shared and the host is put back as if they
+ * were not there, so that the report saying "off" is true; or, if that
+ * fails too, it says what stays until the VM exits.  Takes @failed.
+ */
+static HpkvmIsolation *helper_isolation_rollback(Helper *h, HpkvmLeases *l,
+                                                 const LeaseAsk *ask,
+                                                 Error *failed)
+{
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    g_autoptr(HpkvmIsolation) back = NULL;
+    g_autofree char *reason = NULL;
+    Error *err = NULL;
+
+    if (hpkvm_leases_set_shared(l, true, &err)) {
+        back = helper_reconcile(h, &ask->cores, l->owner, failures, &err);
+    }
+    if (back && !failures->len) {
+        reason = g_strdup_printf("%s; the changes already made were put "
+                                 "back", error_get_pretty(failed));
+    } else {
+        g_autofree char *why = NULL;
+
+        /* Its exit reconciles again. */
+        if (err) {
+            g_ptr_array_add(failures, g_strdup(error_get_pretty(err)));
+        }
+        g_ptr_array_add(failures, NULL);
+        why = g_strjoinv("; ", (char **)failures->pdata);
+        reason = g_strdup_printf("%s; some changes already made stay until "
+                                 "QEMU exits: %s", error_get_pretty(failed),
+                                 why);
+    }
+    error_free(err);
+    error_free(failed);
+    return hpkvm_isolate_report_off(&h->host, &ask->cores, ask->isolation,
+                                    reason);
+}
+
+/* Under the host lock: the leases, then isolation as the client asks. */
+static bool helper_grant(Helper *h, const LeaseAsk *ask, HpkvmLeases *l,
+                         const int *fds, HpkvmCpuSet *hk,
+                         HpkvmIsolation **rep, Error **errp)
+{
+    g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    Error *local_err = NULL;
+    HpkvmCpuSet rest;
+    unsigned cpu;
+    size_t i = 0;
+
+    if (!hpkvm_leases_scan(&h->host, h->state_dir, map, errp) ||
+        !helper_housekeeping(h, ask, map, hk, errp)) {
+        return false;
+    }
+    HPKVM_CPUSET_FOREACH(cpu, &ask->adopt) {
+        int fd = dup(fds[i++]);
+
+        if (fd < 0 || !hpkvm_leases_adopt(l, &h->host, h->state_dir, cpu,
+                                          fd, errp)) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            return false;
+        }
+    }
+    hpkvm_cpuset_andnot(&rest, &ask->cores, &ask->adopt);
+    if (!hpkvm_leases_take(l, &h->host, h->state_dir, &rest, errp)) {
+        return false;
+    }
+    if (ask->isolation == ON_OFF_AUTO_OFF) {
+        *rep = hpkvm_isolate_report_off(&h->host, &ask->cores, ask->isolation,
+                                        "dynamic-isolation=off");
+        return true;
+    }
+    *rep = helper_reconcile(h, &ask->cores, l->owner, NULL, &local_err);
+    if (*rep) {
+        (*rep)->requested = ask->isolation;
+        return true;
+    }
+    if (ask->isolation == ON_OFF_AUTO_ON) {
+        error_setg(errp, "%s (dynamic-isolation=on): use "
+                   "dynamic-isolation=auto to go on without isolation",
+                   error_get_pretty(local_err));
+        error_free(local_err);
+        /* Put back what was changed, as if this VM had never asked. */
+        hpkvm_leases_release(l);
+        helper_reconcile_all(h, "after a refused isolation", NULL);
+        return false;
+    }
+    *rep = helper_isolation_rollback(h, l, ask, local_err);
+    warn_report("pid %d: dynamic isolation is off: %s", l->owner,
+                (*rep)->reason);
+    return true;
+}
+
+static QDict *helper_lease(Helper *h, const HpkvmPeer *peer, QDict *args,
+                           int *fds, size_t *nfds, Error **errp)
+{
+    g_autofree HpkvmLeases *l = g_new0(HpkvmLeases, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL;
+    g_autofree char *hk_list = NULL;
+    g_autofree char *cores = NULL;
+    Visitor *v;
+    QObject *iso = NULL;
+    QDict *ret;
+    QList *taken;
+    LeaseAsk ask;
+    HpkvmCpuSet hk;
+    unsigned cpu;
+    bool ok;
+    int lock;
+
+    if (!helper_parse_lease(h, args, *nfds, peer, &ask, errp) ||
+        !helper_watch(h, peer->pid, errp)) {
+        return NULL;
+    }
+    hpkvm_leases_init(l);
+    l->owner = peer->pid;
+    l->shared = ask.isolation == ON_OFF_AUTO_OFF;
+    lock = hpkvm_leases_lock_host(&h->host, h->state_dir, errp);
+    if (lock < 0) {
+        return NULL;
+    }
+    ok = helper_grant(h, &ask, l, fds, &hk, &rep, errp);
+    if (!ok) {
+        hpkvm_leases_release(l);
+    }
+    close(lock);
+    if (!ok) {
+        return NULL;
+    }
+
+    /* The client keeps the leases; the files it handed over are its own. */
+    while (*nfds) {
+        close(fds[--*nfds]);
+    }
+    taken = qlist_new();
+    HPKVM_CPUSET_FOREACH(cpu, &l->held) {
+        if (!hpkvm_cpuset_has(&ask.adopt, cpu)) {
+            qlist_append_int(taken, cpu);
+            fds[(*nfds)++] = l->fd[cpu];
+        } else {
+            close(l->fd[cpu]);
+        }
+    }
+    v = qobject_output_visitor_new(&iso);
+    visit_type_HpkvmIsolation(v, NULL, &rep, &error_abort);
+    visit_complete(v, &iso);
+    visit_free(v);
+    hk_list = hpkvm_cpuset_format(&hk);
+    cores = hpkvm_cpuset_format(&ask.cores);
+    info_report("pid %d (uid %u): host cores %s leased, isolation %s",
+                peer->pid, (unsigned)peer->uid, cores,
+                rep->active ? "on" : "off");
+    ret = qdict_new();
+    qdict_put_str(ret, "housekeeping", hk_list);
+    qdict_put(ret, "leases", taken);
+    qdict_put_obj(ret, "isolation", iso);
+    return ret;
+}
+
+/*
+ * The host as the leases alive say, now: after a VM gave its cores back,
+ * or once KVM's own threads for a VM exist.  Any client may ask: it
+ * changes nothing the leases do not call for.
+ */
+static QDict *helper_reconcile_now(Helper *h, const HpkvmPeer *peer,
+                                   Error **errp)
+{
+    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
+    g_autofree char *why = g_strdup_printf("pid %d asked to reconcile",
+                                        peer->pid);
+    QList *list = qlist_new();
+    QDict *ret = qdict_new();
+    guint i;
+
+    helper_reconcile_all(h, why, failures);
+    for (i = 0; i < failures->len; i++) {
+        qlist_append_str(list, g_ptr_array_index(failures, i));
+    }
+    qdict_put(ret, "failures", list);
+    return ret;
+}
+
+static QDict *helper_dispatch(Helper *h, const HpkvmPeer *peer, QDict *req,
+                              int *fds, size_t *nfds, Error **errp)
+{
+    const char *cmd = qdict_get_try_str(req, "execute");
+    QDict *args = qdict_get_qdict(req, "arguments");
+    g_autoptr(QDict) empty = qdict_new();
+
+    args = args ? args : empty;
+    if (cmd && !strcmp(cmd, "lease")) {
+        return helper_lease(h, peer, args, fds, nfds, errp);
+    }
+    if (cmd && !strcmp(cmd, "reconcile") && !*nfds) {
+        return helper_reconcile_now(h, peer, errp);
+    }
+    error_setg(errp, "unknown request '%s'", cmd ? cmd : "");
+    return NULL;
+}
+
+static void helper_serve(Helper *h, int sock)
+{
+    int fds[HPKVM_HELPER_MAX_FDS];
+    size_t nfds = 0;
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    struct timeval tv = { .tv_sec = HELPER_REQUEST_TIMEOUT_S };
+    g_autoptr(QDict) req = NULL;
+    g_autoptr(QDict) reply = qdict_new();
+    g_autoptr(GArray) groups = g_array_new(false, false, sizeof(gid_t));
+    HpkvmPeer peer = { 0 };
+    QDict *ret = NULL;
+    Error *err = NULL;
+
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        error_report("cannot tell who connected: %s", strerror(errno));
+        return;
+    }
+    peer = (HpkvmPeer) {
+        .pid = cred.pid, .uid = cred.uid, .gid = cred.gid, .groups = groups,
+    };
+    req = hpkvm_helper_recv(sock, fds, &nfds, &err);
+    if (!req && !err) {
+        return;
+    }
+    if (req && helper_peer_groups(&peer, &err)) {
+        ret = helper_dispatch(h, &peer, req, fds, &nfds, &err);
+    }
+    if (ret) {
+        qdict_put(reply, "return", ret);
+    } else {
+        QDict *e = qdict_new();
+
+        qdict_put_str(e, "class", "GenericError");
+        qdict_put_str(e, "desc", error_get_pretty(err));
+        qdict_put(reply, "error", e);
+        error_report("pid %d (uid %u): %s", peer.pid, (unsigned)peer.uid,
+                     error_get_pretty(err));
+        error_free(err);
+        err = NULL;
+        while (nfds) {
+            close(fds[--nfds]);
+        }
+    }
+    /*
+     * The leases go out with the reply, and our copies are closed: if
+     * the client is gone by now, they die here and its pidfd says so.
+     */
+    if (!hpkvm_helper_send(sock, reply, fds, nfds, &err)) {
+        error_report("pid %d: %s", peer.pid, error_get_pretty(err));
+        error_free(err);
+    }
+    while (nfds) {
+        close(fds[--nfds]);
+    }
+}
+
+static gboolean helper_accept(gint fd, GIOCondition cond, gpointer data)
+{
+    int sock = qemu_accept(fd, NULL, NULL);
+
+    if (sock >= 0) {
+        helper_serve(data, sock);
+        close(sock);
+    }
+    return G_SOURCE_CONTINUE;
+}
+
+/* A helper (re)started: watch the VMs alive, undo what dead ones left. */
+static bool helper_start(Helper *h, Error **errp)
+{
+    g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    unsigned cpu;
+    int lock = hpkvm_leases_lock_host(&h->host, h->state_dir, errp);
+
+    if (lock < 0) {
+        return false;
+    }
+    if (!hpkvm_leases_scan(&h->host, h->state_dir, map, errp)) {
+        close(lock);
+        return false;
+    }
+    close(lock);
+    HPKVM_CPUSET_FOREACH(cpu, &map->leased) {
+        Error *err = NULL;
+
+        if (!map->owner[cpu] || !helper_watch(h, map->owner[cpu], &err)) {
+            /* Its lock is alive: its holder's exit goes unseen. */
+            warn_report("host core %u is leased by pid %d, which cannot be "
+                        "watched (%s): its host changes are undone when "
+                        "another VM starts or exits", cpu, map->owner[cpu],
+                        err ? error_get_pretty(err) : "no pid");
+            error_free(err);
+        }
+    }
+    helper_reconcile_all(h, "at start", NULL);
+    return true;
+}
+
+static gboolean helper_quit(gpointer data)
+{
+    g_main_loop_quit(((Helper *)data)->loop);
+    return G_SOURCE_REMOVE;
+}
+
+static void helper_usage(const char *name)
+{
+    printf("Usage: %s [OPTION]...\n"
+           "Lease host cores to hpkvm VMs and isolate the host from them, "
+           "for QEMU\nrunning as any user the policy allows.\n\n"
+           "  -k, --socket=PATH      listen on PATH (default %s, under\n"
+           "                         --x-host-root; systemd's socket if "
+           "it gives one)\n"
+           "  -p, --policy=PATH      the host's policy (default %s, "
+           "under\n"
+           "                         --x-host-root)\n"
+           "      --x-host-root=DIR  for tests: a fake tree standing for "
+           "/proc, /sys,\n"
+           "                         cgroups and /run\n"
+           "      --x-state-dir=DIR  for tests: leases and journal under a "
+           "fake root\n"
+           "  -h, --help             this help\n",
+           name, HPKVM_HELPER_SOCKET, HPKVM_HELPER_POLICY);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "socket", required_argument, NULL, 'k' },
+        { "policy", required_argument, NULL, 'p' },
+        { "x-host-root", required_argument, NULL, 'R' },
+        { "x-state-dir", required_argument, NULL, 'S' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    g_autofree char *socket_path = NULL;
+    g_autofree char *policy = NULL;
+    g_autofree char *root = g_strdup("/");
+    Helper h = { .state_dir = g_strdup(HPKVM_STATE_DIR) };
+    Error *err = NULL;
+    int c, listen_fd;
+
+    error_init(argv[0]);
+    while ((c = getopt_long(argc, argv, "k:p:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'k':
+            g_free(socket_path);
+            socket_path = g_strdup(optarg);
+            break;
+        case 'p':
+            g_free(policy);
+            policy = g_strdup(optarg);
+            break;
+        case 'R':
+            g_free(root);
+            root = g_strdup(optarg);
+            break;
+        case 'S':
+            g_free(h.state_dir);
+            h.state_dir = g_strdup(optarg);
+            break;
+        case 'h':
+            helper_usage(argv[0]);
+            return 0;
+        default:
+            error_report("see --help");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        error_report("unexpected argument '%s' (see --help)", argv[optind]);
+        return 2;
+    }
+
+    hpkvm_host_init(&h.host, root);
+    if (!policy) {
+        policy = hpkvm_host_path(&h.host, HPKVM_HELPER_POLICY);
+    }
+    h.policy = hpkvm_helper_policy_load(policy, &err);
+    if (!h.policy) {
+        error_report_err(err);
+        return 1;
+    }
+    h.watched = g_hash_table_new(NULL, NULL);
+    h.loop = g_main_loop_new(NULL, false);
+    if (!h.host.real && getuid() != 0) {
+        /* Fake trees are for tests; nothing else relaxes. */
+        warn_report("running unprivileged on a fake host tree");
+    }
+    if (!helper_start(&h, &err)) {
+        error_report_err(err);
+        return 1;
+    }
+    if (!socket_path && check_socket_activation() == 1) {
+        listen_fd = FIRST_SOCKET_ACTIVATION_FD;
+    } else {
+        g_autofree char *path = socket_path ? g_strdup(socket_path) :
+            hpkvm_host_path(&h.host, HPKVM_HELPER_SOCKET);
+
+        listen_fd = unix_listen(path, &err);
+        if (listen_fd < 0) {
+            error_report_err(err);
+            return 1;
+        }
+        /* Any user may ask; the policy decides who gets what. */
+        if (chmod(path, 0666) < 0) {
+            error_report("cannot chmod %s: %s", path, strerror(errno));
+            return 1;
+        }
+    }
+    g_unix_fd_add(listen_fd, G_IO_IN, helper_accept, &h);
+    g_unix_signal_add(SIGTERM, helper_quit, &h);
+    g_unix_signal_add(SIGINT, helper_quit, &h);
+    g_main_loop_run(h.loop);
+    /*
+     * The leases live with their VMs, the journal on disk: a helper that
+     * stops changes nothing, and its next start picks the watch up.
+     */
+    hpkvm_helper_policy_free(h.policy);
+    g_hash_table_destroy(h.watched);
+    g_main_loop_unref(h.loop);
+    hpkvm_host_cleanup(&h.host);
+    g_free(h.state_dir);
+    return 0;
+}
