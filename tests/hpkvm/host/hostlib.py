@@ -2,18 +2,24 @@
 """Shared by hpkvm's host-core tests: QEMU under QMP, fake host trees and
 snapshots of host state (fake or real) to prove it was restored exactly."""
 
+import atexit
+import ctypes
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import traceback
 
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
 RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
+HELPER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-helper")
+HELPER_SOCKET = "/run/qemu-hpkvm-helper.sock"
 GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
 FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
                            "libhpkvm-fake-kernel.so")
@@ -85,6 +91,138 @@ def no_kvm():
     return "this kernel has no KVM (no /dev/kvm, no kvm in /proc/misc)"
 
 
+def _die_with_parent():
+    """A helper started by a test goes when the test's process does."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG,
+                                            signal.SIGTERM)
+
+
+class Helper:
+    """qemu-hpkvm-helper for one host tree ("/" or a fake one), as an
+    operator's systemd would run it; its log is .log().  Its policy is
+    the tree's /etc/qemu/hpkvm-helper.conf unless policy= says."""
+
+    def __init__(self, root="/", policy=None, extra=(), wait=True):
+        self.root = root
+        self.socket = (HELPER_SOCKET if root == "/" else
+                       os.path.join(root, HELPER_SOCKET.lstrip("/")))
+        self._log = tempfile.TemporaryFile()
+        cmd = [HELPER, *([f"--policy={policy}"] if policy else []), *extra]
+        if root != "/":
+            cmd.append(f"--x-host-root={root}")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=self._log,
+                                     preexec_fn=_die_with_parent)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("qemu-hpkvm-helper exited: " + self.log())
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.socket)
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("qemu-hpkvm-helper not listening: " +
+                                       self.log())
+                time.sleep(0.05)
+
+    def log(self):
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def request(self, execute, **arguments):
+        """One request of the helper's protocol; the reply's dict."""
+        return helper_request(self.socket, execute, **arguments)[0]
+
+    def settle(self):
+        """Reconcile now: what a dead client left is undone on return."""
+        reply = self.request("reconcile")
+        assert "return" in reply, reply
+        return reply["return"]["failures"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _helpers.pop(self.root, None)
+        return self.log()
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        _helpers.pop(self.root, None)
+
+
+def helper_request(path, execute, fds=(), **arguments):
+    """One request as QEMU sends it: (reply, files received)."""
+    msg = json.dumps({"execute": execute,
+                      "arguments": arguments}).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(60)
+        s.connect(path)
+        socket.send_fds(s, [msg], list(fds))
+        data, got = b"", []
+        while not data.endswith(b"\n"):
+            chunk, new, _, _ = socket.recv_fds(s, 1 << 20, 253)
+            got += new
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data), got
+
+
+def helper_lease(path, fds=(), **arguments):
+    """A "lease" request: (reply, the leases' files)."""
+    return helper_request(path, "lease", fds, **arguments)
+
+
+_helpers = {}
+
+
+def helper_for(root="/"):
+    """The helper of a host tree, started on first use and stopped when
+    the test program ends; on the real host one already listening (the
+    operator's) is used instead."""
+    h = _helpers.get(root)
+    if h and h.proc.poll() is None:
+        return h
+    if root == "/" and os.path.exists(HELPER_SOCKET):
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(HELPER_SOCKET)
+            return None
+        except OSError:
+            pass
+    h = _helpers[root] = Helper(root)
+    return h
+
+
+@atexit.register
+def stop_helpers():
+    for h in list(_helpers.values()):
+        h.stop()
+
+
+def needs_helper(accel):
+    """The host tree an -accel hpkvm argument leases cores on through
+    the default helper, or None."""
+    if not accel.startswith("hpkvm") or "host-cpus=" not in accel or \
+            "helper=" in accel:
+        return None
+    m = re.search(r"(?:^|,)x-host-root=([^,]*)", accel)
+    return m.group(1) if m else "/"
+
+
 # This machine's nested paravirtual KVM refuses QEMU's write of
 # IA32_ARCH_CAPABILITIES; a real host takes plain -cpu host.
 CPU = "host,-arch-capabilities"
@@ -98,6 +236,9 @@ class Vm:
                  wrap=()):
         """guest: None, or the test guest's -append options; its serial
         output then goes to self.serial."""
+        root = needs_helper(accel)
+        if root:
+            helper_for(root)
         self.sock = os.path.join(tmp, f"{name}.qmp")
         self.serial = os.path.join(tmp, f"{name}.serial")
         self.cmd = [QEMU, "-accel", accel, "-S", "-machine", machine,

@@ -426,16 +426,15 @@ class HostCtx:
         self.skipped_roots += 1
         return root
 
-    def state_dir(self):
+    def helper_socket(self):
+        """Mostly the fake tree's helper; else no helper there."""
         rng = self.rng
-        return rng.choice([
-            "/run/hpkvm", "/run/hpkvm", "/run/hpkvm/", "/run//hpkvm",
-            "/run/./hpkvm", "/run/../run/hpkvm", "run/hpkvm", "/run",
-            "/run/hpkvm/leases", "/run/" + "y" * 300, "/run/é",
-            "/var/lib/hpkvm", "/proc/irq", "/sys/devices/system/cpu/online",
-            "/run/hpkvm\n", "/run/hpkvm/" + "d/" * 2000,
-            hostile(rng, self.tmp),
-        ])
+        sock = os.path.join(self.root, "run/qemu-hpkvm-helper.sock")
+        if rng.random() < 0.6:
+            return sock
+        return rng.choice([self.path("nonexistent"), self.path("file"),
+                           self.tmp, "", sock + "\n",
+                           hostile(rng, self.tmp)])
 
     def device(self):
         rng = self.rng
@@ -459,7 +458,7 @@ class HostCtx:
             "host-cpus": self.cpu_list,
             "housekeeping-cpus": self.cpu_list,
             "x-host-root": self.host_root,
-            "x-state-dir": self.state_dir,
+            "helper": self.helper_socket,
             "device": self.device,
             "rapl-helper-socket": self.path_value,
         }
@@ -499,8 +498,7 @@ def hpkvm_entry(ctx, props):
     """An -accel hpkvm argument: always on the fake tree, mostly with
     device=/dev/null, often with a placement that leases a core."""
     rng = ctx.rng
-    opts = [("x-host-root", ctx.root), ("x-state-dir", "/run/hpkvm"),
-            ("device", "/dev/null")]
+    opts = [("x-host-root", ctx.root), ("device", "/dev/null")]
     if rng.random() < 0.5:
         opts += rng.choice(PLACEMENTS)
     for _ in range(rng.randint(0, 5)):
@@ -595,6 +593,16 @@ def make_run_dir(tmp, rng, name=None):
     return run_dir, root
 
 
+def start_helper(root):
+    """The fake tree's qemu-hpkvm-helper, or None where it refuses the
+    state directory (planted links, open to all): QEMU then finds no
+    helper and must refuse host-cpus= cleanly."""
+    try:
+        return hostlib.Helper(root)
+    except RuntimeError:
+        return None
+
+
 def files_under(top):
     """Every path below @top, not following symbolic links (fake trees
     have loops of them, as sysfs does)."""
@@ -628,14 +636,13 @@ def leases_held(root):
 
 
 def state_dirs(args):
-    """The x-state-dir= values of a command line, relative to the root."""
-    return [os.path.normpath(v.lstrip("/") or ".")
-            for e in accel_entries(args) for v in e.get("x-state-dir", [])]
+    """Where the helper keeps leases and the journal, under the root."""
+    return ["run/hpkvm"]
 
 
 def host_changes(before, after, args):
     """What changed in the fake tree: anything but what hpkvm may create,
-    its state directories (x-state-dir= says where)."""
+    the helper's state directory."""
     dirs = [d for d in state_dirs(args) if d != "."]
     out = []
     for key in sorted(set(before) | set(after)):
@@ -960,7 +967,8 @@ def regressions_found_by_this_fuzz():
         tmp = os.path.realpath(tmp)
         for entries, smp in REGRESSIONS_HPKVM:
             run_dir, root = make_run_dir(tmp, random.Random(0), "host")
-            base = f"x-host-root={root},x-state-dir=/run/hpkvm," \
+            helper = start_helper(root)
+            base = f"x-host-root={root}," \
                 "device=/dev/null"
             args = [a for e in entries for a in
                     ("-accel", e.format(base=base, tmp=run_dir))]
@@ -968,6 +976,8 @@ def regressions_found_by_this_fuzz():
                      "-smp", str(smp)]
             assert safe_accel_args(args, run_dir), args
             run, problems = run_hpkvm(run_dir, args, root, props)
+            if helper:
+                helper.stop()
             if not run.up:
                 problems.append("did not go on with TCG")
             failures.add(run, problems)
@@ -1004,6 +1014,7 @@ def fuzz_accel_hpkvm_properties():
         tmp = os.path.realpath(tmp)
         for i in range(RUNS):
             run_dir, root = make_run_dir(tmp, rng)
+            helper = start_helper(root)
             ctx = HostCtx(rng, run_dir, root)
             while True:
                 args = hpkvm_args(ctx, props, kvm_props)
@@ -1012,6 +1023,8 @@ def fuzz_accel_hpkvm_properties():
                     break
                 skipped += 1
             run, problems = run_hpkvm(run_dir, args, root, props)
+            if helper:
+                helper.stop()
             failures.add(run, problems, args)
             started += run.up
             skipped += ctx.skipped_roots

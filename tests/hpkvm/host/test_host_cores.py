@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """hpkvm's dedicated cores against a fake host tree (x-host-root=): every
 refusal of host-cpus=/housekeeping-cpus=, isolation applied and restored
-exactly on quit, after SIGKILL by qemu-hpkvm-recover and by the next VM,
+exactly on quit, after SIGKILL by qemu-hpkvm-helper at once (and by
+qemu-hpkvm-recover when no helper runs), and by the next VM,
 everything undone when KVM fails after hpkvm and QEMU falls back to TCG,
 and 50 QEMUs racing for one core.  The vCPU threads are real: cores 0 and
 1 of this machine.  Prints TAP."""
@@ -24,7 +25,7 @@ tests = hostlib.TapSuite()
 
 
 def fake_accel(root, extra=""):
-    return (f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm,host-cpus=1,"
+    return (f"hpkvm,x-host-root={root},host-cpus=1,"
             f"housekeeping-cpus=0{extra}")
 
 
@@ -34,7 +35,7 @@ def refusals_name_the_core_and_the_fix():
         root = os.path.join(tmp, "host")
         hostlib.make_fake_host(root)
         before = hostlib.snapshot_tree(root)
-        base = f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm"
+        base = f"hpkvm,x-host-root={root}"
         cases = [
             ("host-cpus=x", 1, "host-cpus: 'x' is not a CPU list"),
             ("host-cpus=9", 1, "host core 9 does not exist (this host has "
@@ -116,13 +117,35 @@ def quit_restores_the_fake_host_exactly():
 
 
 @tests.kvm_case
-def sigkill_then_recovery_tool_restores():
+def sigkill_then_the_helper_restores_at_once():
+    """qemu-hpkvm-helper sees its client die (pidfd) and undoes its
+    changes with no other VM or tool."""
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.join(tmp, "host")
         hostlib.make_fake_host(root)
         before = hostlib.snapshot_tree(root)
         vm = Vm(fake_accel(root), tmp).connect()
         check_isolated(root, vm)
+        vm.kill()
+        deadline = time.monotonic() + 10
+        while hostlib.tree_diff(before, hostlib.snapshot_tree(root)) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+
+
+@tests.kvm_case
+def sigkill_without_a_helper_then_recovery_tool_restores():
+    """With the helper down when QEMU dies, qemu-hpkvm-recover puts the
+    host back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        vm = Vm(fake_accel(root), tmp).connect()
+        check_isolated(root, vm)
+        hostlib.helper_for(root).kill()
         vm.kill()
         assert hostlib.tree_diff(before, hostlib.snapshot_tree(root)), \
             "SIGKILL undid the changes: nothing left to recover"
@@ -222,20 +245,26 @@ def kvm_failing_after_the_lease_undoes_everything_for_tcg():
 
 @tests.case
 def a_second_lease_domain_on_the_real_host_is_refused():
-    """x-state-dir= elsewhere on the real host (or a root that names it
-    as "//") would let two VMs lease one core: refused before anything
-    changes, naming the one directory.  No /dev/kvm needed: KVM's own
-    initialisation is never reached."""
+    """A state directory other than /run/hpkvm on the real host (or a
+    root that names it as "//") would let two VMs lease one core: the
+    helper refuses to start, naming the one directory, before anything
+    changes; QEMU has no such option at all.  No /dev/kvm needed."""
     with tempfile.TemporaryDirectory() as tmp:
         state = os.path.join(tmp, "state")
-        for root in ("", ",x-host-root=//"):
-            rc, err = hostlib.run_error(
-                f"hpkvm,device=/dev/null,host-cpus=1,housekeeping-cpus=0,"
-                f"dynamic-isolation=off,x-state-dir={state}{root}", tmp)
-            assert rc == 1, (rc, err)
+        for root in ([], ["--x-host-root=//"]):
+            helper = subprocess.run(
+                [hostlib.HELPER, f"--x-state-dir={state}",
+                 f"--policy={tmp}/none.conf",
+                 f"--socket={tmp}/helper.sock", *root],
+                capture_output=True, text=True, timeout=30)
+            assert helper.returncode == 1, (helper.returncode, helper.stderr)
             assert "on the real host the leases and the journal live in " \
-                "/run/hpkvm" in err, err
+                "/run/hpkvm" in helper.stderr, helper.stderr
             assert not os.path.exists(state), "created the second domain"
+            assert not os.path.exists(f"{tmp}/helper.sock"), "listened"
+        rc, err = hostlib.run_error(
+            f"hpkvm,device=/dev/null,x-state-dir={state}", tmp)
+        assert rc == 1 and "x-state-dir' not found" in err, (rc, err)
 
 
 def wait_status(vm, want, timeout=10):

@@ -23,7 +23,7 @@ tests = hostlib.TapSuite()
 
 
 def accel(root, extra=""):
-    return (f"hpkvm,x-host-root={root},x-state-dir=/run/hpkvm,host-cpus=1,"
+    return (f"hpkvm,x-host-root={root},host-cpus=1,"
             f"housekeeping-cpus=0{extra}")
 
 

@@ -76,9 +76,13 @@ def check(root, *args):
 def a_ready_host_passes():
     with tempfile.TemporaryDirectory() as root:
         sock = ready_host(root)
-        rc, ready, by = check(root, "--host-cpus=2-3",
-                              "--vhost-user-socket=/run/vs0")
-        sock.close()
+        helper = hostlib.Helper(root)
+        try:
+            rc, ready, by = check(root, "--host-cpus=2-3",
+                                  "--vhost-user-socket=/run/vs0")
+        finally:
+            helper.stop()
+            sock.close()
         bad = {i: c for i, cs in by.items() for c in cs
                if c["verdict"] not in ("ok", "info")}
         assert rc == 0 and ready and not bad, (rc, bad)
@@ -141,6 +145,7 @@ def each_problem_is_found_with_its_fix():
         hostlib.write(root, "/proc/mounts", "proc /proc proc rw 0 0\n")
         hostlib.write(root, "/run/hpkvm/host.journal", "W\t/x\t1\n")
         os.chmod(r("/run/hpkvm"), 0o700)
+        hostlib.write(root, "/etc/qemu/hpkvm-helper.conf", "let 3 user 0\n")
         rc, ready, by = check(root, "--host-cpus=3-4",
                               "--vhost-user-socket=/run/vs0")
         assert rc == 1 and not ready, rc
@@ -162,6 +167,10 @@ def each_problem_is_found_with_its_fix():
         expect(by, "numa", "warn", "within one NUMA node")
         expect(by, "cgroup-cpuset", "warn", "cgroup v2")
         expect(by, "host-changes", "warn", "qemu-hpkvm-recover")
+        expect(by, "helper", "fail",
+               "systemctl enable --now qemu-hpkvm-helper.socket")
+        expect(by, "helper-policy", "fail", "the helper does not start")
+        assert "line 1: not a rule" in by["helper-policy"][0]["message"]
 
         # A state directory others may change is not trusted, and said so.
         os.chmod(r("/run/hpkvm"), 0o755)

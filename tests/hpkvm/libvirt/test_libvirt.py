@@ -241,12 +241,16 @@ def inner(state):
     global STATE
     STATE = state
     before = set(cgroup_dirs())
+    # The operator's qemu-hpkvm-helper, or one for the test's duration:
+    # QEMU asks it for host-cpus=.
+    hostlib.helper_for("/")
     private_libvirt(state)
     try:
         return tests.run()
     finally:
         recover()
         stop_libvirt(state, before)
+        hostlib.stop_helpers()
 
 
 def unusable():
