@@ -3,8 +3,9 @@
 
 The image is a kernel and an initrd made of concatenated cpio pieces:
 
-- base: busybox, /init and the kernel modules the tests need; depends on
-  the kernel package only, cached across builds in the cache directory;
+- base: busybox, /init, its helper.sh and the kernel modules the tests
+  need; depends on the kernel package only, cached across builds in the
+  cache directory;
 - hpkvm: our built QEMU with its shared libraries and firmware, our
   guests and helpers; rebuilt when any of them changes;
 - payload: the test's script, per run (see nested_host.py).
@@ -167,7 +168,9 @@ def build_base(cache, kver):
                    os.path.join(cache, "busybox-static"))
     with open(os.path.join(HERE, "init.sh"), "rb") as f:
         init = f.read()
-    tag = _sha(kver, init, " ".join(MODULES))
+    with open(os.path.join(HERE, "helper.sh"), "rb") as f:
+        helper_sh = f.read()
+    tag = _sha(kver, init, helper_sh, " ".join(MODULES))
     out = os.path.join(cache, f"base-{kver}-{tag}.cpio")
     vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
     if os.path.exists(out):
@@ -180,6 +183,7 @@ def build_base(cache, kver):
         w.add_dir(d)
     w.add_file("bin/busybox", os.path.join(bpkg, "bin", "busybox"), 0o755)
     w.add_bytes("init", init, 0o755)
+    w.add_bytes("etc/nested-host/helper.sh", helper_sh)
     order = _module_closure(moddir, MODULES)
     for rel in order:
         w.add_file(f"lib/modules/{kver}/{rel}", os.path.join(moddir, rel))
@@ -206,8 +210,15 @@ def _ldd(binary):
 def hpkvm_inputs(build):
     """Files of our build that go into the image: (path in image, host)."""
     qemu = os.path.join(build, "qemu-system-x86_64")
+    helper = os.path.join(build, "accel/hpkvm/qemu-hpkvm-helper")
     files = [("hpkvm/bin/qemu-system-x86_64", qemu)]
-    for lib in _ldd(qemu):
+    # The helper's libraries are QEMU's today (glib); both, in case.  A
+    # binary not built yet is said missing by build_hpkvm().
+    libs = []
+    for binary in (qemu, helper):
+        if os.path.exists(binary):
+            libs += [lib for lib in _ldd(binary) if lib not in libs]
+    for lib in libs:
         files.append((lib.lstrip("/"), lib))
     # Firmware as the build tree sees it: qemu-bundle mirrors the installed
     # layout, relative to the binary's directory.
@@ -232,6 +243,8 @@ def hpkvm_inputs(build):
     # Same libraries as QEMU's (glib).
     files.append(("hpkvm/bin/qemu-hpkvm-recover",
                   os.path.join(build, "accel/hpkvm/qemu-hpkvm-recover")))
+    # The one owner of host changes, started by /init (see helper.sh).
+    files.append(("hpkvm/bin/qemu-hpkvm-helper", helper))
     # The test double of the patched kernel, for tests that LD_PRELOAD it.
     files.append(("hpkvm/lib/libhpkvm-fake-kernel.so",
                   os.path.join(build, "tests/hpkvm/fake-kernel",

@@ -3,8 +3,9 @@
 #
 # /init of the nested test host: set up a minimal root, load the modules
 # hpkvm's tests need, optionally create SR-IOV VFs and bind some of them to
-# vfio-pci, run /payload/run.sh as root with its output on the second
-# serial port (ttyS1), report its exit status there, and power off.
+# vfio-pci, start qemu-hpkvm-helper, run /payload/run.sh as root with its
+# output on the second serial port (ttyS1), report its exit status there,
+# stop the helper, and power off.
 #
 # Kernel command line:
 #   nested_host.vfs=N        create N VFs on the igb PF (0: none)
@@ -67,10 +68,18 @@ if [ "$vfs" -gt 0 ]; then
     fi
 fi
 
+# The helper runs here, not in each payload: a real host's systemd has it
+# up before any VM, so every payload (the tests', make bench's) finds it
+# as a VM would, and none has to remember it.  A payload that needs
+# another helper (a policy, a crash) uses helper.sh's functions.
+. /etc/nested-host/helper.sh
+helper_start > /dev/ttyS0 || log "qemu-hpkvm-helper did not start"
+
 export HPKVM_GUEST=/hpkvm/guests/hpkvm-guest.elf
 cd /tmp
 sh /payload/run.sh > "$out" 2>&1 < /dev/null
 status=$?
+helper_stop > /dev/ttyS0
 echo "NESTED-HOST-EXIT $status" > "$out"
 sync
 poweroff -f

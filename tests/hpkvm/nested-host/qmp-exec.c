@@ -2,6 +2,7 @@
  * qmp-exec: send QMP commands to a QEMU and print the replies
  *
  *   qmp-exec SOCKET COMMAND-JSON...
+ *   qmp-exec -l SOCKET REQUEST-JSON
  *
  * Inside the nested test host there is no Python and busybox's nc cannot
  * speak to a unix socket, so payload scripts use this: it connects, leaves
@@ -9,6 +10,11 @@
  * one line of JSON (events are skipped).  A command given as a bare name
  * ("quit") is wrapped as {"execute": NAME}.  Exits 1 if a reply is an
  * error or the connection fails.  Built static, it needs no library.
+ *
+ * With -l, the one request goes as one line with no greeting and no
+ * negotiation, and the one reply line is printed: qemu-hpkvm-helper's
+ * protocol (hpkvm-helper-proto.h), so that a payload can wait for the
+ * helper to have served what came before.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -66,11 +72,18 @@ static bool execute(const char *cmd, bool print)
 int main(int argc, char **argv)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
-    bool ok = true;
+    const char *prog = argv[0];
+    bool ok = true, line = false;
     int fd, i;
 
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s SOCKET COMMAND-JSON...\n", argv[0]);
+    if (argc > 1 && !strcmp(argv[1], "-l")) {
+        line = true;
+        argv++;
+        argc--;
+    }
+    if (argc < 3 || (line && argc != 3)) {
+        fprintf(stderr, "usage: %s SOCKET COMMAND-JSON...\n"
+                "       %s -l SOCKET REQUEST-JSON\n", prog, prog);
         return 2;
     }
     fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -85,6 +98,9 @@ int main(int argc, char **argv)
     }
     in = fdopen(fd, "r");
     out = fdopen(dup(fd), "w");
+    if (line) {
+        return in && out && execute(argv[2], true) ? 0 : 1;
+    }
     if (!in || !out || !read_reply() || !execute("qmp_capabilities", false)) {
         fprintf(stderr, "qmp-exec: no QMP greeting on %s\n", argv[1]);
         return 1;

@@ -16,15 +16,28 @@
   device; its frames on the tap) and, for need=isolation, an SR-IOV VF
   paired with a virtio-net failover standby that the guest sees plugged;
 - dedicated cores on a 4-CPU nested host with real device IRQs and a
-  cgroup v2 cpuset: vCPU threads on their leased cores, QEMU's other
-  threads, host tasks and IRQs off them; restored when the guest shuts
-  down, and after SIGKILL by qemu-hpkvm-recover;
+  cgroup v2 cpuset, leased and isolated by qemu-hpkvm-helper (which
+  /init starts before each payload, as systemd would, and stops after):
+  vCPU threads on their leased cores, QEMU's other threads, host tasks
+  and IRQs off them; restored when the guest shuts down, and after a
+  SIGKILL by the helper alone, within seconds (no qemu-hpkvm-recover);
 - where the cores cannot be as host-cpus= says, the VM stops and QEMU
   stays up saying why: a vCPU pinned elsewhere at the first run (run
   again once fixed and reset), a hot-plugged vCPU whose bind fails; a
   CPU whose core went offline, or went with the migrated guest, is
-  refused at device_add, the guest running on; a host lock that fails at
-  exit is a warning, the host left to qemu-hpkvm-recover.
+  refused at device_add, the guest running on;
+- the helper killed while a VM runs: QEMU's exit warns that the host
+  stays isolated until a helper sees it, and exits 0; the next helper's
+  start restores the host; a helper killed and started again while a VM
+  runs leaves its isolation, and restores the host at its SIGKILL;
+- QEMU as an unprivileged user (uid 65534) under the policy "allow 2-3
+  user 65534": its VM on cores 2-3, the host isolated; core 1 refused,
+  the helper naming it and the rule to add; the host as before after;
+- a VM started from the shell isolation moved, a state directory that
+  fills up, a cpr-transfer hot upgrade with isolation on;
+- a fault soak of SIGKILLs of VMs at random moments of start, run,
+  migration and CPR, in a quarter of the rounds of the helper too: the
+  host as before once the helper is up and has served a request.
 
 Prints TAP.  Each test boots the nested host once (~4 s to the shell;
 the rest is TCG running KVM).  If the nested host itself fails (the TCG
@@ -49,11 +62,15 @@ from nested_host import L2_SHELL, NestedHostError, run  # noqa: E402
 # The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
 # by the payloads.  -nodefaults: no default NIC, so no iPXE option ROM
 # runs before the guest (see hpkvm-nested-host.rst), and no VGA, floppy
-# or CD-ROM for the firmware to set up.
+# or CD-ROM for the firmware to set up.  qemu-hpkvm-helper is up when a
+# payload starts (/init starts it); helper.sh's functions restart it.
 PAYLOAD_LIB = L2_SHELL + r"""
+. /etc/nested-host/helper.sh
+# QEMU runs as root, or under $as_user (a command that runs it as another
+# user, e.g. "nsenter -F -S 65534 -G 65534") if set.
 guest_qemu() {
     rm -f /tmp/qmp.sock /tmp/serial.log
-    qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
+    $as_user qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
         -kernel "$HPKVM_GUEST" -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
         -display none -monitor none -serial file:/tmp/serial.log \
         -qmp unix:/tmp/qmp.sock,server=on,wait=off "$@" &
@@ -73,6 +90,23 @@ wait_serial() {
         sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
     done
     echo "serial: $(cat /tmp/serial.log)"
+}
+# Once this returns, the helper has served every request before it and
+# reconciled the host with the leases alive (a "reconcile" by root undoes
+# what no live lease holds).
+helper_sync() {
+    qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
+        echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
+}
+# Wait until nothing is left to undo (the helper removes the journal once
+# it undid every change), at most $1 s; print how long that took, in s.
+wait_host_undone() {
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    i=0
+    while [ -e /run/hpkvm/host.journal ] && [ $i -lt $(($1 * 20)) ]; do
+        sleep 0.05; i=$((i + 1))
+    done
+    echo "$t0 $(cut -d' ' -f1 /proc/uptime)" | awk '{ print $2 - $1 }'
 }
 """
 
@@ -120,7 +154,9 @@ def nested(script, timeout=NESTED_TIMEOUT, **kwargs):
         print("# the nested host failed; booting it once more. Why:\n# "
               + str(e).replace("\n", "\n# "), flush=True)
         res = run(script, timeout=timeout, **kwargs)
-    for mark in ("qemu-hang: ", "cont-failed: "):
+    for mark in ("qemu-hang: ", "cont-failed: ", "helper-exited: ",
+                 "helper-no-socket: ", "helper-hang: ",
+                 "helper-sync-failed: "):
         assert not lines_with(res.output, mark), res.output
     return res
 
@@ -423,13 +459,15 @@ wait_qemu
 echo "status: $?"
 wait_serial
 snap after-exit
+# SIGKILL: QEMU undoes nothing; the helper sees it die (its pidfd) and
+# restores the host alone, no qemu-hpkvm-recover run.
 guest_qemu -accel %(accel)s -cpu host || exit 1
+echo "killed-pid: $qemu_pid"
+echo "journal-before-kill: $(ls /run/hpkvm | tr "\n" " ")"
 kill -9 $qemu_pid
 wait_qemu
+echo "undone-in: $(wait_host_undone 30)"
 snap killed
-qemu-hpkvm-recover
-echo "recover: $?"
-snap recovered
 kill $other
 guest_qemu -accel %(accel)s -cpu host -smp 1,maxcpus=2 || exit 1
 qmp-exec /tmp/qmp.sock '{"execute": "device_add", "arguments":
@@ -441,10 +479,11 @@ for t in /proc/$qemu_pid/task/*; do
 done
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
+sed 's/^/helper-log: /' $HELPER_LOG
 """ % {"accel": accel}, cpus=4, vfs=1)
     print("#", "\n# ".join(line for line in res.output.splitlines()
                            if not re.match(r"(before|during|after-exit|"
-                                           r"killed|recovered) ", line)))
+                                           r"killed) ", line)))
     assert res.status == 0, res.output
     hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
     iso = hp["isolation"]
@@ -473,11 +512,7 @@ wait_qemu
     before = snapshot(res.output, "before")
     diff = restored(before, snapshot(res.output, "after-exit"))
     assert not diff, "not restored at exit: " + "; ".join(diff)
-    assert restored(before, snapshot(res.output, "killed")), \
-        "SIGKILL left nothing to recover"
-    assert lines_with(res.output, "recover: ") == ["0"], res.output
-    diff = restored(before, snapshot(res.output, "recovered"))
-    assert not diff, "not recovered: " + "; ".join(diff)
+    assert_undone_by_the_helper(res.output, before, "killed")
 
     # A hot-plugged vCPU gets the next core of host-cpus=, bound too.
     hot = json.loads(lines_with(res.output, "hotplug: ")[0])["return"]
@@ -487,6 +522,27 @@ wait_qemu
                    for line in lines_with(res.output, "hotthread "))
     assert threads[str(places[1]["thread-id"])] == "Cpus_allowed_list:3", \
         threads
+
+
+# Seconds the helper may take to undo a dead VM's changes once the shell
+# reaped it; it took 0.01-0.1 s here (TCG).
+UNDO_SECONDS = 10
+
+
+def assert_undone_by_the_helper(output, before, label, log=None):
+    """After the SIGKILL of the VM of "killed-pid: ", the helper alone
+    restored the host (snap LABEL), within UNDO_SECONDS of its death, and
+    said so in its log (by default, all the output)."""
+    assert "host.journal" in lines_with(output, "journal-before-kill: ")[0], \
+        "no change to undo before the kill: " + output
+    undone = float(lines_with(output, "undone-in: ")[0])
+    print(f"# the helper undid the killed VM's changes in {undone:.2f} s")
+    assert undone < UNDO_SECONDS, f"journal still there after {undone} s"
+    diff = restored(before, snapshot(output, label))
+    assert not diff, "not restored by the helper: " + "; ".join(diff)
+    pid = lines_with(output, "killed-pid: ")[-1]
+    assert f"pid {pid} exited: host reconciled" in (log or output), \
+        "the helper did not see the VM die: " + output
 
 
 # The vCPU thread of cpu-index $1 (from query-hpkvm), for taskset.
@@ -613,43 +669,184 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
     assert one("migrated-quit") == "0", res.output
 
 
-@test
-def a_host_lock_failing_at_exit_leaves_the_host_to_recovery():
-    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+def helper_restart_payload(body):
+    """A payload with the L2 guest (one vCPU, on core 2, isolated) that
+    snaps the host before it; body goes on with it running."""
+    return PAYLOAD_LIB + SNAPSHOT_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 snap before
-guest_qemu -accel %(accel)s -cpu host -smp 1 -append hold \
-    2> /tmp/qemu.err || exit 1
+guest_qemu -accel %(accel)s,dynamic-isolation=on -cpu host -smp 1 \
+    -append hold 2> /tmp/qemu.err || exit 1
 guest_cont
-# A file where the leases' directory was: neither the host lock nor the
-# leases can be opened any more (QEMU's open leases still hold).
-state=/run/hpkvm
-mv $state/leases $state/leases.saved && touch $state/leases
+wait_serial
+snap isolated
+""" % {"accel": PLACEMENT_ACCEL} + body + r"""
+sed 's/^/qemu-err: /' /tmp/qemu.err
+sed 's/^/helper-log: /' $HELPER_LOG
+"""
+
+
+def print_without_snaps(output):
+    print("#", "\n# ".join(line for line in output.splitlines()
+                           if not re.match(r"[a-z-]+ /(proc|sys)/", line)))
+
+
+@test
+def a_helper_unreachable_at_exit_leaves_the_host_to_the_next_helper():
+    """The helper killed while a VM runs: QEMU's exit cannot ask it to
+    undo, so QEMU warns and exits 0, and the host stays isolated; the next
+    helper to start reconciles at its start, and the host is as before,
+    with no qemu-hpkvm-recover."""
+    res = nested(helper_restart_payload(r"""
+helper_stop KILL
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
 echo "quit: $?"
 snap after-quit
-rm $state/leases && mv $state/leases.saved $state/leases
-qemu-hpkvm-recover | sed 's/^/recover: /'
-snap recovered
-sed 's/^/qemu-err: /' /tmp/qemu.err
-""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
-    print("#", "\n# ".join(line for line in res.output.splitlines()
-                           if not re.match(r"(before|after-quit|recovered) ",
-                                           line)))
+helper_start || exit 1
+snap restarted
+"""), cpus=4)
+    print_without_snaps(res.output)
     assert res.status == 0, res.output
+    assert any("hpkvm-guest: PASS" in line
+               for line in lines_with(res.output, "serial: ")), res.output
     assert lines_with(res.output, "quit: ") == ["0"], res.output
     err = "\n".join(lines_with(res.output, "qemu-err: "))
-    assert "host cores 2-3 released (QEMU exits) without the host lock, " \
-        "so the host's isolation of them is not undone yet: the next VM " \
-        "to start, or qemu-hpkvm-recover, undoes it" in err, err
+    assert "host-cpus= needs qemu-hpkvm-helper" in err, err
+    assert "hpkvm: host cores 2-3 released (QEMU exits), but the host's " \
+        "isolation of them stays until qemu-hpkvm-helper sees QEMU exit" \
+        in err, err
     before = snapshot(res.output, "before")
     assert restored(before, snapshot(res.output, "after-quit")), \
-        "the host was changed without the host lock"
-    assert "recover: cores leased by running VMs: none" in res.output, \
-        res.output
-    diff = restored(before, snapshot(res.output, "recovered"))
-    assert not diff, "not recovered: " + "; ".join(diff)
+        "the host was restored with no helper to restore it"
+    diff = restored(before, snapshot(res.output, "restarted"))
+    assert not diff, "not restored by the helper's start: " + "; ".join(diff)
+
+
+@test
+def a_helper_restarted_while_a_vm_runs_restores_the_host_at_its_sigkill():
+    """The helper killed (SIGKILL) and started again while a VM runs: the
+    new helper leaves the running VM's isolation as it is, watches the
+    VM, and restores the host alone when the VM is SIGKILLed."""
+    res = nested(helper_restart_payload(r"""
+helper_stop KILL
+helper_start || exit 1
+snap restarted
+for p in /proc/[0-9]*; do echo "comm ${p#/proc/} $(cat $p/comm)"; done
+echo "killed-pid: $qemu_pid"
+echo "journal-before-kill: $(ls /run/hpkvm | tr "\n" " ")"
+kill -9 $qemu_pid
+wait_qemu
+echo "undone-in: $(wait_host_undone 30)"
+snap killed
+"""), cpus=4)
+    print_without_snaps(res.output)
+    assert res.status == 0, res.output
+    assert any("hpkvm-guest: PASS" in line
+               for line in lines_with(res.output, "serial: ")), res.output
+    before = snapshot(res.output, "before")
+    isolated = snapshot(res.output, "isolated")
+    assert restored(before, isolated), "the VM's host was never isolated"
+    restarted = snapshot(res.output, "restarted")
+    undone = [k for k in isolated if k in restarted and k in before and
+              before[k] != isolated[k] and restarted[k] != isolated[k]]
+    assert not undone, "the restarted helper changed a running VM's " \
+        "isolation: " + "; ".join(f"{k}: {isolated[k]!r} -> "
+                                  f"{restarted[k]!r}" for k in undone)
+    # What the VM started after its isolation (KVM's kernel threads for
+    # it, on every core) the new helper isolates too.
+    comm = dict(line.split(" ", 1) for line in lines_with(res.output,
+                                                          "comm "))
+    for k in restored(isolated, restarted):
+        pid = re.match(r"/proc/(\d+)@", k)
+        print(f"# isolated by the new helper only: "
+              f"{comm.get(pid.group(1)) if pid else ''} {k}")
+    # Seen by the second helper, which the VM never spoke to.
+    assert_undone_by_the_helper(
+        res.output, before, "killed",
+        log=res.output.split("--- qemu-hpkvm-helper")[-1])
+
+
+NOBODY = 65534
+
+
+@test
+def an_unprivileged_qemu_leases_the_cores_the_policy_allows_it():
+    """QEMU as uid 65534, which the host's policy allows cores 2-3: its
+    VM runs on them with the host isolated; a second one asking for core
+    1 is refused, the helper naming the core and the rule to add; after
+    the first quits, the host is as before."""
+    accel = "hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,dynamic-isolation=on"
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+# The administrator's policy, root's and closed to others; the helper
+# started again to read it.
+mkdir -p /etc/qemu
+echo 'allow 2-3 user %(uid)d' > /etc/qemu/hpkvm-helper.conf
+chmod 0644 /etc/qemu/hpkvm-helper.conf
+helper_stop && helper_start || exit 1
+# The nested host is a throw-away VM: any user may use its KVM here (a
+# real host gives /dev/kvm to a kvm group).
+chmod 0666 /dev/kvm
+# busybox's setpriv cannot change uids; its nsenter, given no namespace,
+# sets the uid and gid, clears the supplementary groups and execs (-F).
+as_user="nsenter -F -S %(uid)d -G %(uid)d"
+snap before
+guest_qemu -accel %(accel)s -cpu host -append hold 2> /tmp/qemu.err ||
+    { sed 's/^/qemu-err: /' /tmp/qemu.err; exit 1; }
+echo "qemu-pid: $qemu_pid"
+echo "ids: $(grep '^[UG]id\|^Groups' /proc/$qemu_pid/status |
+    tr -s '\t\n' '  ')"
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+for t in /proc/$qemu_pid/task/*; do
+    echo "thread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
+done
+snap during
+guest_cont
+wait_serial
+$as_user qemu-system-x86_64 -machine pc -smp 1 -nodefaults -display none \
+    -monitor none -kernel "$HPKVM_GUEST" -cpu host \
+    -accel hpkvm,host-cpus=1,housekeeping-cpus=0 2> /tmp/refused.err
+echo "refused: $?"
+sed 's/^/refused-err: /' /tmp/refused.err
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit: $?"
+snap after
+sed 's/^/qemu-err: /' /tmp/qemu.err
+sed 's/^/helper-log: /' $HELPER_LOG
+""" % {"accel": accel, "uid": NOBODY}, cpus=4)
+    print_without_snaps(res.output)
+    assert res.status == 0, res.output
+    ids = lines_with(res.output, "ids: ")[0].split()
+    assert ids == ["Uid:"] + [str(NOBODY)] * 4 + ["Gid:"] + \
+        [str(NOBODY)] * 4 + ["Groups:"], ids
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    iso = hp["isolation"]
+    assert hp["host-cpus"] == "2-3" and iso["active"], hp
+    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
+    assert sorted(vcpus.values()) == [2, 3], hp["placement"]
+    for line in lines_with(res.output, "thread "):
+        tid, allowed = line.split(" ", 1)
+        want = str(vcpus[int(tid)]) if int(tid) in vcpus else "0-1"
+        assert allowed == f"Cpus_allowed_list:{want}", (tid, allowed)
+    before = snapshot(res.output, "before")
+    assert restored(before, snapshot(res.output, "during")), \
+        "the host was not isolated"
+    serial = lines_with(res.output, "serial: ")[0]
+    assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
+    pid = lines_with(res.output, "qemu-pid: ")[0]
+    assert f"pid {pid} (uid {NOBODY}): host cores 2-3 leased, isolation " \
+        "on" in res.output, res.output
+    assert lines_with(res.output, "refused: ") == ["1"], res.output
+    refused = "\n".join(lines_with(res.output, "refused-err: "))
+    assert f"the host's policy does not let uid {NOBODY} lease host core " \
+        f"1: choose cores it allows, or ask the host's administrator for " \
+        f"an 'allow 1 user {NOBODY}' line in /etc/qemu/hpkvm-helper.conf" \
+        in refused, refused
+    assert lines_with(res.output, "quit: ") == ["0"], res.output
+    diff = restored(before, snapshot(res.output, "after"))
+    assert not diff, "not restored: " + "; ".join(diff)
 
 # Several L2 VMs at once, each on one leased core of its own: VM $1 on
 # host core $2; its QMP /tmp/$1.sock, serial /tmp/$1.serial, pid $pid_$1.
@@ -919,10 +1116,24 @@ chan() {
     echo '{"channel-type": "'$1'", "addr": {"transport": "socket",
           "type": "unix", "path": "/tmp/'$1'.sock"}}'
 }
+# The helper SIGKILLed $2 s into a round, and started again at once with
+# $1 = restart (it must find the VMs alive and watch them), only after
+# the round with $1 = down (its start must undo what they left).
+soak_helper() {
+    sleep $2
+    helper_stop KILL
+    [ $1 = down ] || helper_start
+}
 # One SIGKILL in phase $1 (start, run, migrate, cpr), $2 s in, of VM $3
-# (a: the running one or migration source, b: the destination).
+# (a: the running one or migration source, b: the destination); with $4
+# and $5, soak_helper $4 $5 meanwhile.
 soak_round() {
     phase=$1; delay=$2; victim=$3
+    hjob=
+    if [ -n "$4" ]; then
+        soak_helper $4 $5 &
+        hjob=$!
+    fi
     rm -f /tmp/main.sock /tmp/cpr.sock
     pid_b=
     soak_vm a 2
@@ -952,18 +1163,37 @@ soak_round() {
     eval "soak_kill \$pid_$victim"
     soak_kill $pid_a $pid_b
 }
+# After a round: a helper up again (a killed one started, as systemd
+# would), and done with what the kills left (see helper_sync).
+soak_settle() {
+    [ -z "$hjob" ] || wait $hjob
+    helper_alive || helper_start
+    helper_sync
+}
 """
 
 
+# The share of rounds in which the helper is SIGKILLed too.
+SOAK_HELPER_KILLS = 0.25
+
+
 def soak_schedule(seed, kills):
-    """(phase, delay, victim) for each kill, reproducible from the seed."""
+    """(phase, delay, victim, helper) for each kill, reproducible from the
+    seed; helper is "" or soak_helper's "down DELAY" or "restart DELAY"."""
     rng = random.Random(seed)
+    # A generator of their own: a seed replays the VMs' kills it did
+    # before the helper's were added.
+    hrng = random.Random(f"helper-{seed}")
     phases = ["start"] * 4 + ["run"] * 3 + ["migrate"] * 2 + ["cpr"] * 2
     out = []
     for _ in range(kills):
         phase = rng.choice(phases)
         victim = rng.choice("ab") if phase in ("migrate", "cpr") else "a"
-        out.append((phase, f"{rng.uniform(0, 1.5):.2f}", victim))
+        helper = ""
+        if hrng.random() < SOAK_HELPER_KILLS:
+            helper = (f"{hrng.choice(['down', 'restart'])} "
+                      f"{hrng.uniform(0, 1.5):.2f}")
+        out.append((phase, f"{rng.uniform(0, 1.5):.2f}", victim, helper))
     return out
 
 
@@ -971,19 +1201,26 @@ def soak_schedule(seed, kills):
 def a_fault_soak_of_sigkills_leaves_the_host_as_it_was_each_time():
     """SIGKILL at random moments of a VM's start (leasing, isolating),
     its run, a live migration (source or destination) and a CPR hot
-    upgrade (old or new QEMU): each time, once qemu-hpkvm-recover ran,
-    the host is as before and no lease is left; at the end a VM runs its
-    guest to the end.  HPKVM_SOAK_SEED replays a schedule."""
+    upgrade (old or new QEMU), and in a quarter of them of the helper
+    too (started again at once, or after the VMs' kills): each time, once
+    the helper is up and has served a request, the host is as before,
+    qemu-hpkvm-recover finds no change left to undo and no lease held;
+    at the end a VM runs its guest to the end.  HPKVM_SOAK_SEED replays
+    a schedule."""
     seed = int(os.environ.get("HPKVM_SOAK_SEED", random.randrange(1 << 30)))
     schedule = soak_schedule(seed, SOAK_KILLS)
     print(f"# soak seed {seed} (HPKVM_SOAK_SEED), {SOAK_KILLS} kills "
           f"(HPKVM_SOAK_KILLS)", flush=True)
+    # The snapshot before qemu-hpkvm-recover, which would undo what the
+    # helper missed; what it finds before it does is printed.
     rounds = "".join(
-        f"soak_round {phase} {delay} {victim}\n"
-        f"qemu-hpkvm-recover > /tmp/rec.out 2>&1\n"
-        f"echo \"rec-{k}: $? $(grep 'cores leased' /tmp/rec.out)\"\n"
+        f"soak_round {phase} {delay} {victim} {helper}\n"
+        f"soak_settle\n"
         f"snap it{k}\n"
-        for k, (phase, delay, victim) in enumerate(schedule))
+        f"qemu-hpkvm-recover > /tmp/rec.out 2>&1\n"
+        f"echo \"rec-{k}: $? $(grep -o 'empty$\\|has changes$' "
+        f"/tmp/rec.out) $(grep 'cores leased' /tmp/rec.out)\"\n"
+        for k, (phase, delay, victim, helper) in enumerate(schedule))
     res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + SOAK_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 snap before
@@ -994,22 +1231,28 @@ wait_qemu
 echo "last-status: $?"
 wait_serial
 snap last
+sed 's/^/helper-log: /' $HELPER_LOG
 """ % {"rounds": rounds, "accel": PLACEMENT_ACCEL}, cpus=4,
         timeout=max(NESTED_TIMEOUT, 12 * SOAK_KILLS))
     assert res.status == 0, res.output[-3000:]
     before = snapshot(res.output, "before")
     bad = []
-    for k, (phase, delay, victim) in enumerate(schedule):
-        what = f"kill {k} ({phase} {delay} {victim})"
+    for k, (phase, delay, victim, helper) in enumerate(schedule):
+        what = f"kill {k} ({phase} {delay} {victim}" + \
+            (f", helper {helper})" if helper else ")")
         rec = lines_with(res.output, f"rec-{k}: ")
-        if rec != ["0 cores leased by running VMs: none"]:
+        if rec != ["0 empty cores leased by running VMs: none"]:
             bad.append(f"{what}: recover said {rec}")
         diff = restored(before, snapshot(res.output, f"it{k}"))
         if diff:
             bad.append(f"{what}: " + "; ".join(diff[:5]))
     print(f"# {len(schedule)} kills: " + ", ".join(
         f"{p} {sum(1 for s in schedule if s[0] == p)}"
-        for p in ("start", "run", "migrate", "cpr")), flush=True)
+        for p in ("start", "run", "migrate", "cpr")) + "; the helper's: " +
+        ", ".join(f"{m} {sum(1 for s in schedule if s[3].startswith(m))}"
+                  for m in ("down", "restart")), flush=True)
+    if bad:
+        print("# " + "\n# ".join(lines_with(res.output, "helper-log: ")[-40:]))
     assert not bad, f"seed {seed}:\n" + "\n".join(bad)
     assert lines_with(res.output, "last-status: ") == ["1"], res.output
     assert any("hpkvm-guest: PASS" in line
