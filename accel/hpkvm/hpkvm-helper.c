@@ -45,7 +45,7 @@ typedef struct Helper {
     HpkvmHost host;
     char *state_dir;
     HpkvmHelperPolicy *policy;
-    GHashTable *watched;        /* pid -> its pidfd's GSource id */
+    GHashTable *watched;        /* the pids of the clients watched */
     GMainLoop *loop;
 } Helper;
 
@@ -113,24 +113,21 @@ static bool helper_reconcile_all(Helper *h, const char *why,
     return rep && !failures->len;
 }
 
+/* One client the helper watches, by its pidfd. */
+typedef struct HelperWatch {
+    Helper *h;
+    pid_t pid;
+} HelperWatch;
+
 static gboolean helper_client_died(gint fd, GIOCondition cond, gpointer data)
 {
-    Helper *h = data;
-    g_autofree char *why = NULL;
-    GHashTableIter it;
-    gpointer pid, id;
+    HelperWatch *w = data;
+    g_autofree char *why = g_strdup_printf("pid %d exited", w->pid);
 
-    g_hash_table_iter_init(&it, h->watched);
-    while (g_hash_table_iter_next(&it, &pid, &id)) {
-        if (GPOINTER_TO_UINT(id) == g_source_get_id(g_main_current_source())) {
-            why = g_strdup_printf("pid %d exited", GPOINTER_TO_INT(pid));
-            g_hash_table_iter_remove(&it);
-            break;
-        }
-    }
+    g_hash_table_remove(w->h->watched, GINT_TO_POINTER(w->pid));
     /* Its leases died with it (the kernel dropped their locks). */
-    if (helper_reconcile_all(h, why ? why : "a client exited", NULL)) {
-        info_report("%s: host reconciled", why ? why : "a client exited");
+    if (helper_reconcile_all(w->h, why, NULL)) {
+        info_report("%s: host reconciled", why);
     }
     close(fd);
     return G_SOURCE_REMOVE;
@@ -139,8 +136,8 @@ static gboolean helper_client_died(gint fd, GIOCondition cond, gpointer data)
 /* Undo what @pid's VM holds as soon as it dies, however it dies. */
 static bool helper_watch(Helper *h, pid_t pid, Error **errp)
 {
+    HelperWatch *w;
     int fd;
-    guint id;
 
     if (g_hash_table_contains(h->watched, GINT_TO_POINTER(pid))) {
         return true;
@@ -150,9 +147,11 @@ static bool helper_watch(Helper *h, pid_t pid, Error **errp)
         error_setg_errno(errp, errno, "cannot watch pid %d", pid);
         return false;
     }
-    id = g_unix_fd_add(fd, G_IO_IN, helper_client_died, h);
-    g_hash_table_insert(h->watched, GINT_TO_POINTER(pid),
-                        GUINT_TO_POINTER(id));
+    w = g_new(HelperWatch, 1);
+    *w = (HelperWatch) { .h = h, .pid = pid };
+    g_unix_fd_add_full(G_PRIORITY_DEFAULT, fd, G_IO_IN, helper_client_died,
+                       w, g_free);
+    g_hash_table_add(h->watched, GINT_TO_POINTER(pid));
     return true;
 }
 
