@@ -22,10 +22,14 @@ from cpio_newc import NewcWriter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# The kernel the nested host is tested with.  Debian replaces kernel ABI
-# versions in its archive; when this one is gone, the kernel that
-# linux-image-amd64 depends on is used, and a warning says so.
-TESTED_KERNEL = "6.1.0-57-amd64"
+REPO = os.path.normpath(os.path.join(HERE, "../../.."))
+
+# The kernel the nested host is tested with, and our KVM is built for
+# (kvm/build.sh).  Debian replaces kernel ABI versions in its archive;
+# when this one is gone, the kernel that linux-image-amd64 depends on is
+# used, and a warning says so.
+with open(os.path.join(REPO, "kvm", "tested-kernel")) as _f:
+    TESTED_KERNEL = _f.read().strip()
 
 # Modules to load, in this order (dependencies are added before each).
 MODULES = [
@@ -250,6 +254,27 @@ def hpkvm_inputs(build):
                   os.path.join(build, "tests/hpkvm/fake-kernel",
                                "libhpkvm-fake-kernel.so")))
     return files
+
+
+def build_kvm(build, kver):
+    """Our KVM (kvm/) for @kver, as a cpio piece; rebuilt as needed.
+
+    /init loads hpkvm/kvm/*.ko instead of the stock kvm and kvm-amd when
+    the kernel command line says nested_host.kvm=hpkvm.
+    """
+    outdir = os.path.join(build, "..", "kvm", kver)
+    subprocess.run([os.path.join(REPO, "kvm", "build.sh"), kver, outdir],
+                   check=True)
+    mods = [os.path.join(outdir, f"{m}.ko") for m in ("kvm", "kvm-amd")]
+    out = os.path.join(outdir, "kvm.cpio")
+    if (os.path.exists(out) and
+            os.stat(out).st_mtime >= max(os.stat(m).st_mtime for m in mods)):
+        return out
+    w = NewcWriter()
+    for m in mods:
+        w.add_file(f"hpkvm/kvm/{os.path.basename(m)}", m)
+    w.write(out)
+    return out
 
 
 def build_hpkvm(build, out):

@@ -10,6 +10,8 @@
 # Kernel command line:
 #   nested_host.vfs=N        create N VFs on the igb PF (0: none)
 #   nested_host.vfio_vfs=M   bind the first M of them to vfio-pci
+#   nested_host.kvm=hpkvm    load our KVM (/hpkvm/kvm/*.ko, from kvm/)
+#                            instead of Debian's kvm and kvm-amd
 
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/hpkvm/bin
@@ -28,10 +30,6 @@ log() {
     echo "nested-host: $*" > /dev/ttyS0
 }
 
-while read -r m; do
-    insmod "$m" 2> /dev/ttyS0 || log "insmod $m failed"
-done < /etc/nested-host/modules
-
 param() {
     for arg in $(cat /proc/cmdline); do
         case "$arg" in
@@ -40,6 +38,15 @@ param() {
     done
     echo 0
 }
+
+kvm=$(param kvm)
+while read -r m; do
+    # Ours replace the stock ones (unsigned: the kernel loads them, tainted).
+    case "$kvm:${m##*/}" in
+    hpkvm:kvm.ko|hpkvm:kvm-amd.ko) m=/hpkvm/kvm/${m##*/} ;;
+    esac
+    insmod "$m" 2> /dev/ttyS0 || log "insmod $m failed"
+done < /etc/nested-host/modules
 
 vfs=$(param vfs)
 vfio_vfs=$(param vfio_vfs)

@@ -123,9 +123,12 @@ def build_dir():
 
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
-        timeout=600, files=None, build=None, cache=None):
+        timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
+        cmdline=()):
     """Boot the nested host, run script in it, return a Result.
 
+    kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
+    cmdline: more kernel command-line words (e.g. kvm.enable_hpkvm=0);
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping;
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
@@ -137,6 +140,11 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
     vmlinuz, base = image.build_base(cache, kver)
+    if kvm not in ("hpkvm", "stock"):
+        raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
+    pieces = [base]
+    if kvm == "hpkvm":
+        pieces.append(image.build_kvm(build, kver))
     hpkvm = image.build_hpkvm(build, os.path.join(build, "..",
                                                   "nested-host",
                                                   "hpkvm.cpio"))
@@ -151,7 +159,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         w.write(payload)
         initrd = os.path.join(tmp, "initrd")
         with open(initrd, "wb") as out:
-            for piece in (base, hpkvm, payload):
+            for piece in pieces + [hpkvm, payload]:
                 with open(piece, "rb") as f:
                     shutil.copyfileobj(f, out)
 
@@ -163,7 +171,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # TSCs on every vCPU move.  TCG reads the one host TSC for every
         # vCPU, so it is in fact synchronized.
         append = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
-                  f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}"]
+                  f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}",
+                  f"nested_host.kvm={kvm}", *cmdline]
         machine = "q35"
         if iommu:
             append.append("intel_iommu=on")
@@ -230,6 +239,8 @@ def main():
     r.add_argument("--no-iommu", action="store_true")
     r.add_argument("--vfs", type=int, default=0)
     r.add_argument("--vfio-vfs", type=int, default=0)
+    r.add_argument("--kvm", choices=("hpkvm", "stock"), default="hpkvm",
+                   help="our KVM (kvm/, the default) or Debian's")
     r.add_argument("--timeout", type=float, default=600)
     r.add_argument("--console", action="store_true",
                    help="print the nested host's kernel console too")
@@ -238,7 +249,8 @@ def main():
     try:
         res = run(" ".join(args.script), cpus=args.cpus, mem=args.mem,
                   iommu=not args.no_iommu, vfs=args.vfs,
-                  vfio_vfs=args.vfio_vfs, timeout=args.timeout)
+                  vfio_vfs=args.vfio_vfs, timeout=args.timeout,
+                  kvm=args.kvm)
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125
