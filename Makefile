@@ -5,6 +5,7 @@
 #   make run    build and boot the built-in guest under -accel hpkvm
 #   make check  build and run hpkvm's unit tests and qtests
 #   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
+#   make kvm    our reference KVM (kvm/) for the nested test host's kernel
 #   make clean  remove build/
 
 BUILD := build/qemu
@@ -40,9 +41,10 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-hpnet-select \
 	tests/unit/test-hpkvm-hpnet-probe \
 	tests/hpkvm/nested-host/qmp-exec \
+	tests/hpkvm/kernel/hpkvm-contract-test \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge
 
-.PHONY: all build configure run check bench clean
+.PHONY: all build configure run check bench kvm clean
 
 all: build
 
@@ -72,6 +74,11 @@ bench: build
 	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
+
+# The nested test host builds it itself when it boots; this is for
+# working on the series.
+kvm:
+	kvm/build.sh
 
 clean:
 	rm -rf build

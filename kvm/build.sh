@@ -5,7 +5,8 @@
 # kernel ABI KVER, with kvm/patches/*.patch applied in order, as external
 # modules (kvm.ko, kvm-amd.ko) that load into Debian's linux-image-KVER.
 #
-# Usage: kvm/build.sh KVER OUTDIR
+# Usage: kvm/build.sh [KVER [OUTDIR]]
+#        (default: kvm/tested-kernel, build/kvm/KVER)
 #
 # Needs linux-headers-KVER (scripts/hpkvm/install-deps.sh installs it) and
 # downloads the matching linux-source package once, into $HPKVM_CACHE/kvm
@@ -16,8 +17,8 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
-kver=${1:?usage: kvm/build.sh KVER OUTDIR}
-out=${2:?usage: kvm/build.sh KVER OUTDIR}
+kver=${1:-$(cat "$here/tested-kernel")}
+out=${2:-$here/../build/kvm/$kver}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cache=${HPKVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpkvm}/kvm

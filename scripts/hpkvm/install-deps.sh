@@ -39,6 +39,15 @@ base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
  iproute2 dpdk-dev"
+# The headers of the kernel the nested test host boots, which our KVM
+# (kvm/build.sh) is built against.  When Debian has dropped that ABI, the
+# current one, as the nested host then boots it.
+kver=$(cat "$(dirname "$0")/../../kvm/tested-kernel")
+if apt-cache show "linux-headers-$kver" > /dev/null 2>&1; then
+    base_pkgs="$base_pkgs linux-headers-$kver"
+else
+    base_pkgs="$base_pkgs linux-headers-amd64"
+fi
 # Packages that need a newer version than bookworm has; libvirt 11 for
 # the test that drives hpkvm through a real libvirt daemon.
 bpo_pkgs="meson python3-pycotap libvirt-daemon libvirt-daemon-driver-qemu

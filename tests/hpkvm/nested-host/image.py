@@ -244,6 +244,10 @@ def hpkvm_inputs(build):
                       os.path.join(build, "tests/hpkvm/guest", name)))
     files.append(("hpkvm/bin/qmp-exec",
                   os.path.join(build, "tests/hpkvm/nested-host/qmp-exec")))
+    # The contract's test against our KVM (kvm/).
+    files.append(("hpkvm/bin/hpkvm-contract-test",
+                  os.path.join(build, "tests/hpkvm/kernel",
+                               "hpkvm-contract-test")))
     # Same libraries as QEMU's (glib).
     files.append(("hpkvm/bin/qemu-hpkvm-recover",
                   os.path.join(build, "accel/hpkvm/qemu-hpkvm-recover")))
@@ -256,15 +260,21 @@ def hpkvm_inputs(build):
     return files
 
 
+_kvm_built = set()
+
+
 def build_kvm(build, kver):
-    """Our KVM (kvm/) for @kver, as a cpio piece; rebuilt as needed.
+    """Our KVM (kvm/) for @kver, as a cpio piece; built once per process
+    (kvm/build.sh itself rebuilds only what changed).
 
     /init loads hpkvm/kvm/*.ko instead of the stock kvm and kvm-amd when
     the kernel command line says nested_host.kvm=hpkvm.
     """
     outdir = os.path.join(build, "..", "kvm", kver)
-    subprocess.run([os.path.join(REPO, "kvm", "build.sh"), kver, outdir],
-                   check=True)
+    if (build, kver) not in _kvm_built:
+        subprocess.run([os.path.join(REPO, "kvm", "build.sh"), kver,
+                        outdir], check=True)
+        _kvm_built.add((build, kver))
     mods = [os.path.join(outdir, f"{m}.ko") for m in ("kvm", "kvm-amd")]
     out = os.path.join(outdir, "kvm.cpio")
     if (os.path.exists(out) and

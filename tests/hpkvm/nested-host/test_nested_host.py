@@ -91,6 +91,14 @@ wait_serial() {
     done
     echo "serial: $(cat /tmp/serial.log)"
 }
+# Let the guest run to its end: "status: " QEMU's exit status, then its
+# result line.
+guest_finish() {
+    guest_cont
+    wait_qemu
+    echo "status: $?"
+    wait_serial
+}
 # Once this returns, the helper has served every request before it and
 # reconciled the host with the leases alive (a "reconcile" by root undoes
 # what no live lease holds).
@@ -167,10 +175,7 @@ def hpkvm_runs_our_guest_on_real_kvm():
 guest_qemu -accel hpkvm -cpu host || exit 1
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 echo "kvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-kvm"}')"
-guest_cont
-wait_qemu
-echo "status: $?"
-wait_serial
+guest_finish
 """)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
@@ -190,8 +195,9 @@ STATS_CMD = json.dumps({
         {"provider": "kvm", "names": ["halt_exits", "exits"]}]}})
 
 
-def halt_exits_by_mode(modes):
-    """Run the halting guest once per (label, QEMU args) in one boot.
+def halt_exits_by_mode(modes, **kwargs):
+    """Run the halting guest once per (label, QEMU args) in one boot
+    (kwargs: run()'s, e.g. kvm="stock").
 
     Returns ({label: halt exits of the halting AP}, {label: query-hpkvm}).
     """
@@ -207,7 +213,7 @@ echo "%s stats: $(qmp-exec /tmp/qmp.sock '%s')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
 """ % (args, HALTS, label, label, label, label, STATS_CMD)
-    res = nested(script)
+    res = nested(script, **kwargs)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
     halt_exits, hpkvm = {}, {}
@@ -242,13 +248,13 @@ def disable_exits_hlt_removes_halt_exits():
 
 
 @test
-def hpkvm_keeps_halts_in_the_guest_where_kvm_exits():
+def hpkvm_keeps_halts_in_the_guest_where_stock_kvm_exits():
     halt_exits, hpkvm = halt_exits_by_mode([
         ("kvm", "-accel kvm -cpu host"),
-        ("hpkvm", "-accel hpkvm -cpu host")])
+        ("hpkvm", "-accel hpkvm -cpu host")], kvm="stock")
     assert halt_exits["kvm"] >= HALTS, halt_exits
     assert halt_exits["hpkvm"] <= HALTS // 20, halt_exits
-    # The nested host's KVM is unpatched: upstream fallbacks, with reasons.
+    # Debian's KVM is unpatched: upstream fallbacks, with reasons.
     info = hpkvm["hpkvm"]
     assert info["kernel-version"] == 0, info
     assert "hlt" in info["disabled-exits"], info
@@ -258,6 +264,132 @@ def hpkvm_keeps_halts_in_the_guest_where_kvm_exits():
     assert "KVM_CAP_HPKVM is 0" in cores["reason"], cores
     assert not any(f["granted"] for f in info["features"]), info
     assert not hpkvm["kvm"]["enabled"], hpkvm["kvm"]
+
+
+def feature(info, name):
+    return [f for f in info["features"] if f["feature"] == name][0]
+
+
+@test
+def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
+    """kvm/'s KVM (loaded instead of Debian's, so the kernel is tainted
+    with an out-of-tree module): exclusive-cores=on granted by the kernel
+    under contract 1, each vCPU thread bound to its leased core and no
+    longer movable; what that KVM does not implement is refused with the
+    reason and falls back; the guest passes.  With kvm.enable_hpkvm=0 the
+    same KVM answers as a stock one and QEMU falls back."""
+    res = nested(PAYLOAD_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+echo "tainted: $(cat /proc/sys/kernel/tainted)"
+guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
+hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
+echo "hpkvm: $hp"
+for tid in $(echo "$hp" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
+    taskset -p 1 $tid > /dev/null 2>&1
+    echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
+done
+guest_finish
+echo N > /sys/module/kvm/parameters/enable_hpkvm
+guest_qemu -accel %(accel)s -cpu host || exit 1
+echo "off: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    # TAINT_OOT_MODULE: our kvm.ko, not Debian's, answered.
+    assert int(lines_with(res.output, "tainted: ")[0]) & (1 << 12), \
+        res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    assert hp["kernel-version"] == 1, hp
+    cores = feature(hp, "exclusive-cores")
+    assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
+        cores
+    for name in ("irq-passthrough", "ipi-fastpath", "vfio-irte",
+                 "dynamic-nohz"):
+        f = feature(hp, name)
+        assert not f["granted"], f
+        assert "does not implement" in f["reason"], f
+    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
+    assert sorted(vcpus.values()) == [2, 3], hp["placement"]
+    repins = lines_with(res.output, "repin: ")
+    assert len(repins) == 2, res.output
+    for line in repins:
+        tid, rc, allowed = line.split(" ", 2)
+        # taskset fails (EINVAL): the kernel holds the thread on its core.
+        assert rc != "0", line
+        assert allowed == f"Cpus_allowed_list:{vcpus[int(tid)]}", line
+    assert lines_with(res.output, "status: ") == ["1"], res.output
+    serial = lines_with(res.output, "serial: ")[0]
+    assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
+    off = json.loads(lines_with(res.output, "off: ")[0])["return"]
+    assert off["kernel-version"] == 0, off
+    cores = feature(off, "exclusive-cores")
+    assert not cores["granted"] and cores["mechanism"] == "upstream", cores
+    assert "KVM_CAP_HPKVM is 0" in cores["reason"], cores
+
+
+@test
+def our_kvm_shares_a_bound_core_with_a_pinned_host_task_and_frees_it_at_sigkill():
+    """A host task root pins to a core our KVM bound a vCPU to still runs
+    there, and the core's timer still ticks, while the vCPU runs a guest
+    that never halts for long (soak=); after a SIGKILL of that QEMU the
+    cores are free at once: the next VM binds them (exclusive-cores=on)
+    and its guest passes.  The host never locks anyone out of a core."""
+    res = nested(PAYLOAD_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+loc() { awk '/^ *LOC:/ { print $4 }' /proc/interrupts; }
+# Isolation off: the helper would move the pinned task off the core.
+guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off \
+    -cpu host -append soak=400 || exit 1
+guest_cont
+i=0; until grep -q 'soak: started' /tmp/serial.log 2>/dev/null; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 300 ] && break
+done
+loc0=$(loc)
+taskset -c 2 sh -c 'n=0; while [ $n -lt 20000 ]; do n=$((n + 1)); done; echo "pinned-done: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"' &
+pinned=$!
+i=0; while [ -e /proc/$pinned ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "pinned-alive: $([ -e /proc/$pinned ] && echo yes || echo no)"
+wait $pinned
+echo "loc: $loc0 $(loc)"
+echo "soak-running: $(kill -0 $qemu_pid 2>/dev/null && echo yes || echo no)"
+kill -9 $qemu_pid
+wait_qemu
+guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
+echo "next: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_finish
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "pinned-done: ") == \
+        ["Cpus_allowed_list:2"], res.output
+    assert lines_with(res.output, "pinned-alive: ") == ["no"], res.output
+    assert lines_with(res.output, "soak-running: ") == ["yes"], res.output
+    loc0, loc1 = map(int, lines_with(res.output, "loc: ")[0].split())
+    assert loc1 > loc0, "core 2's local timer stopped while bound"
+    nxt = json.loads(lines_with(res.output, "next: ")[0])["return"]
+    cores = feature(nxt, "exclusive-cores")
+    assert cores["granted"], cores
+    assert sorted(p["host-cpu"] for p in nxt["placement"]) == [2, 3], nxt
+    assert lines_with(res.output, "status: ") == ["1"], res.output
+    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[0]
+
+
+@test
+def our_kvm_enforces_the_contract():
+    """tests/hpkvm/kernel/hpkvm-contract-test against kvm/'s KVM: every
+    ordering rule and refusal of docs/devel/hpkvm-kernel-contract.rst
+    that this KVM implements, one case each."""
+    res = nested("hpkvm-contract-test --tap 2>&1\n"
+                 "echo \"contract-status: $?\"\n", cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    oks = [line for line in res.output.splitlines()
+           if re.match(r"ok \d+ ", line)]
+    assert not re.search(r"^not ok ", res.output, re.M), res.output
+    assert len(oks) >= 15, res.output
+    assert lines_with(res.output, "contract-status: ") == ["0"], res.output
 
 
 @test
@@ -454,10 +586,7 @@ done
 echo "other: $(grep Cpus_allowed_list /proc/$other/status | tr -d '\t')"
 sh -c 'echo "child: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"'
 snap during
-guest_cont
-wait_qemu
-echo "status: $?"
-wait_serial
+guest_finish
 snap after-exit
 # SIGKILL: QEMU undoes nothing; the helper sees it die (its pidfd) and
 # restores the host alone, no qemu-hpkvm-recover run.

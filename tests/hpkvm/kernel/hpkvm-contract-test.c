@@ -1,0 +1,963 @@
+/*
+ * hpkvm-contract-test: does a patched KVM keep the hpkvm kernel contract?
+ *
+ * One behaviour per test, as in the kernel's tools/testing/selftests/kvm:
+ * that the KVM this runs on answers linux-headers/linux/hpkvm.h as
+ * docs/devel/hpkvm-kernel-contract.rst says (what it grants or refuses,
+ * with which errno, in which order the calls are allowed, how
+ * HPKVM_BIND_VCPU hands out host cores).  The fake kernel of
+ * tests/hpkvm/fake-kernel only plays the contract to QEMU; this checks
+ * the real thing, kvm/patches.
+ *
+ * It runs as root inside the nested test host, on the real /dev/kvm with
+ * kvm/'s kvm.ko loaded and two or more online CPUs.  Without /dev/kvm
+ * every test fails rather than skips: there, a missing KVM is a broken
+ * set-up, not a host to pass over.
+ *
+ * No guest code runs.  Every vCPU has kvm_run.immediate_exit set, so a
+ * KVM_RUN that gets past the kernel's hpkvm checks (which come first)
+ * returns EINTR at once: EINTR means "allowed to enter the guest", EBUSY
+ * or EPERM a refusal, and no guest memory or way to stop a guest is
+ * needed.
+ *
+ * A bind pins the calling thread for good (PF_NO_SETAFFINITY), so the
+ * main thread never binds: a vCPU's thread is a ContractWorker, which runs
+ * what the test hands it and ends with the test.  A vCPU keeps its core
+ * until its VM is destroyed, i.e. until every fd and mapping of the VM is
+ * gone, so each test releases all it opened: the tests share one process
+ * and so the kernel's table of held cores.
+ *
+ * Copyright (c) 2026 The hpkvm developers
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE             /* cpu_set_t, sched_getaffinity() */
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <glib.h>
+#include <linux/kvm.h>
+#include "linux/hpkvm.h"
+
+#define CONTRACT_FEAT_ALL       ((1ULL << HPKVM_FEATURE_NR) - 1)
+
+/*
+ * The kernel's answer for @feat, an HPKVM_FEAT_* bit: a macro, so that a
+ * failed assertion names the feature rather than an index.
+ */
+#define CONTRACT_REASON(req, feat) ((req)->reason[__builtin_ctzll(feat)])
+
+/* This process's CPUs at start, in order: the cores the tests bind. */
+static cpu_set_t contract_cpuset;
+static unsigned int contract_cpus[CPU_SETSIZE];
+static unsigned int contract_nr_cpus;
+
+typedef struct ContractVm {
+    int kvm_fd;                 /* /dev/kvm */
+    int fd;
+} ContractVm;
+
+typedef struct ContractVcpu {
+    int fd;
+    struct kvm_run *run;        /* mapped only to set immediate_exit */
+    size_t run_size;
+} ContractVcpu;
+
+/* A thread that runs the jobs handed to it, one at a time. */
+typedef struct ContractWorker {
+    GThread *thread;
+    GMutex lock;
+    GCond cond;
+    int (*job)(void *opaque);   /* NULL: none pending */
+    void *opaque;
+    bool quit;
+    int ret;                    /* the last job's: >= 0 or -errno */
+} ContractWorker;
+
+typedef struct ContractBind {
+    ContractVcpu *vcpu;
+    struct hpkvm_vcpu_bind bind;
+} ContractBind;
+
+static int contract_open_kvm(void)
+{
+    int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+
+    if (fd < 0) {
+        g_error("cannot open /dev/kvm: %s; this test runs as root where "
+                "hpkvm's patched kvm.ko (kvm/build.sh) is loaded",
+                g_strerror(errno));
+    }
+    return fd;
+}
+
+/* A step every check after it relies on: fail, naming it, if it failed. */
+static int contract_setup(int ret, const char *what)
+{
+    if (ret < 0) {
+        g_error("%s: %s", what, g_strerror(errno));
+    }
+    return ret;
+}
+
+/* A call's result as the kernel returned it: >= 0, or -errno. */
+static int contract_result(int ret)
+{
+    return ret < 0 ? -errno : ret;
+}
+
+static unsigned int contract_online(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    g_assert_cmpint(n, >=, 1);
+    return n;
+}
+
+/* Binding needs a core for the vCPU and the one the host keeps. */
+static void contract_need_two_cpus(void)
+{
+    g_assert_cmpuint(contract_nr_cpus, >=, 2);
+}
+
+static unsigned int contract_last_cpu(void)
+{
+    contract_need_two_cpus();
+    return contract_cpus[contract_nr_cpus - 1];
+}
+
+static void contract_vm_new(ContractVm *vm)
+{
+    vm->kvm_fd = contract_open_kvm();
+    vm->fd = contract_setup(ioctl(vm->kvm_fd, KVM_CREATE_VM, 0),
+                            "KVM_CREATE_VM");
+    /* The contract's order: HPKVM_ENABLE after the in-kernel irqchip. */
+    contract_setup(ioctl(vm->fd, KVM_CREATE_IRQCHIP, 0),
+                   "KVM_CREATE_IRQCHIP");
+}
+
+/* The VM goes (and its vCPUs' cores with it) once its vCPUs are freed. */
+static void contract_vm_free(ContractVm *vm)
+{
+    close(vm->fd);
+    close(vm->kvm_fd);
+}
+
+static int contract_enable(ContractVm *vm, struct hpkvm_enable *req)
+{
+    return contract_result(ioctl(vm->fd, HPKVM_ENABLE, req));
+}
+
+static int contract_disable(ContractVm *vm)
+{
+    return contract_result(ioctl(vm->fd, HPKVM_DISABLE, 0));
+}
+
+/* A valid request for exclusive cores alone, not required. */
+static struct hpkvm_enable contract_exclusive_req(unsigned int nr_vcpus)
+{
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES,
+        .nr_vcpus = nr_vcpus,
+    };
+
+    return req;
+}
+
+/* Have exclusive cores granted to @vm, as every bind needs. */
+static void contract_vm_exclusive(ContractVm *vm, unsigned int nr_vcpus)
+{
+    struct hpkvm_enable req = contract_exclusive_req(nr_vcpus);
+
+    req.required = HPKVM_FEAT_EXCLUSIVE_CORES;
+    g_assert_cmpint(contract_enable(vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+}
+
+static void contract_vcpu_new(ContractVm *vm, unsigned long id,
+                              ContractVcpu *vcpu)
+{
+    int size = contract_setup(ioctl(vm->kvm_fd, KVM_GET_VCPU_MMAP_SIZE, 0),
+                              "KVM_GET_VCPU_MMAP_SIZE");
+
+    vcpu->fd = contract_setup(ioctl(vm->fd, KVM_CREATE_VCPU, id),
+                              "KVM_CREATE_VCPU");
+    vcpu->run_size = size;
+    vcpu->run = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     vcpu->fd, 0);
+    if (vcpu->run == MAP_FAILED) {
+        g_error("mmap of a vCPU's kvm_run: %s", g_strerror(errno));
+    }
+    /* KVM_RUN then stops right after hpkvm's checks (see the top). */
+    vcpu->run->immediate_exit = 1;
+}
+
+/* The mapping holds the VM as much as the fd does: both must go. */
+static void contract_vcpu_free(ContractVcpu *vcpu)
+{
+    munmap(vcpu->run, vcpu->run_size);
+    close(vcpu->fd);
+}
+
+static gpointer contract_worker_thread(gpointer opaque)
+{
+    ContractWorker *w = opaque;
+    int (*job)(void *);
+    void *job_opaque;
+    int ret;
+
+    g_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->job && !w->quit) {
+            g_cond_wait(&w->cond, &w->lock);
+        }
+        job = w->job;
+        job_opaque = w->opaque;
+        if (!job) {
+            break;
+        }
+        g_mutex_unlock(&w->lock);
+        ret = job(job_opaque);
+        g_mutex_lock(&w->lock);
+        w->ret = ret;
+        w->job = NULL;
+        g_cond_broadcast(&w->cond);
+    }
+    g_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* A fresh thread: a bind marks its thread, so each vCPU needs its own. */
+static ContractWorker *contract_worker_new(void)
+{
+    ContractWorker *w = g_new0(ContractWorker, 1);
+
+    g_mutex_init(&w->lock);
+    g_cond_init(&w->cond);
+    w->thread = g_thread_new("contract-vcpu", contract_worker_thread, w);
+    return w;
+}
+
+/* Run @job(@opaque) on @w's thread and return its result. */
+static int contract_worker_call(ContractWorker *w, int (*job)(void *),
+                                void *opaque)
+{
+    int ret;
+
+    g_mutex_lock(&w->lock);
+    w->job = job;
+    w->opaque = opaque;
+    g_cond_broadcast(&w->cond);
+    while (w->job) {
+        g_cond_wait(&w->cond, &w->lock);
+    }
+    ret = w->ret;
+    g_mutex_unlock(&w->lock);
+    return ret;
+}
+
+/* End @w's thread; a vCPU it bound keeps its core until its VM goes. */
+static void contract_worker_free(ContractWorker *w)
+{
+    g_mutex_lock(&w->lock);
+    w->quit = true;
+    g_cond_broadcast(&w->cond);
+    g_mutex_unlock(&w->lock);
+    g_thread_join(w->thread);
+    g_mutex_clear(&w->lock);
+    g_cond_clear(&w->cond);
+    g_free(w);
+}
+
+static int contract_job_bind(void *opaque)
+{
+    ContractBind *b = opaque;
+
+    return contract_result(ioctl(b->vcpu->fd, HPKVM_BIND_VCPU, &b->bind));
+}
+
+static int contract_job_run(void *opaque)
+{
+    ContractVcpu *vcpu = opaque;
+
+    return contract_result(ioctl(vcpu->fd, KVM_RUN, 0));
+}
+
+static int contract_job_get_affinity(void *opaque)
+{
+    return contract_result(sched_getaffinity(0, sizeof(cpu_set_t), opaque));
+}
+
+static int contract_job_set_affinity(void *opaque)
+{
+    return contract_result(sched_setaffinity(0, sizeof(cpu_set_t), opaque));
+}
+
+/* HPKVM_BIND_VCPU of @vcpu to @host_cpu, from @w's thread. */
+static int contract_bind(ContractWorker *w, ContractVcpu *vcpu,
+                         unsigned int host_cpu)
+{
+    ContractBind b = { .vcpu = vcpu, .bind.host_cpu = host_cpu };
+
+    return contract_worker_call(w, contract_job_bind, &b);
+}
+
+/* The same from a thread that ends right after: the vCPU stays bound. */
+static int contract_bind_once(ContractVcpu *vcpu, unsigned int host_cpu)
+{
+    ContractWorker *w = contract_worker_new();
+    int r = contract_bind(w, vcpu, host_cpu);
+
+    contract_worker_free(w);
+    return r;
+}
+
+/* KVM_RUN of @vcpu from @w's thread: -EINTR if it may enter the guest. */
+static int contract_run(ContractWorker *w, ContractVcpu *vcpu)
+{
+    return contract_worker_call(w, contract_job_run, vcpu);
+}
+
+static void test_caps(void)
+{
+    int kvm_fd = contract_open_kvm();
+    struct hpkvm_caps caps;
+    unsigned int i;
+
+    g_assert_cmpint(ioctl(kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_HPKVM), ==,
+                    HPKVM_VERSION);
+
+    /* All ones first, so that a field the kernel does not write shows. */
+    memset(&caps, 0xff, sizeof(caps));
+    g_assert_cmpint(contract_result(ioctl(kvm_fd, HPKVM_GET_CAPS, &caps)),
+                    ==, 0);
+    g_assert_cmpuint(caps.version, ==, HPKVM_VERSION);
+    g_assert_cmpuint(caps.nr_features, ==, HPKVM_FEATURE_NR);
+    /* This host has a core to give and one to keep. */
+    g_assert_cmpuint(contract_online(), >=, 2);
+    g_assert_cmphex(caps.supported & HPKVM_FEAT_EXCLUSIVE_CORES, ==,
+                    HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmphex(caps.supported & ~CONTRACT_FEAT_ALL, ==, 0);
+    for (i = 0; i < G_N_ELEMENTS(caps.reserved); i++) {
+        g_assert_cmphex(caps.reserved[i], ==, 0);
+    }
+    close(kvm_fd);
+}
+
+/*
+ * Everything asked for, nothing required: the kernel grants what it can,
+ * exclusive cores, and says per feature why not the rest.  kvm/patches
+ * implement exclusive cores only, so the others are EOPNOTSUPP (and this
+ * test changes with the patch that implements one).
+ */
+static void test_enable_grants_exclusive(void)
+{
+    struct hpkvm_enable req = {
+        .requested = CONTRACT_FEAT_ALL,
+        .nr_vcpus = 1,
+    };
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
+                    -EOPNOTSUPP);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
+                    -EOPNOTSUPP);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IPI_FASTPATH), ==,
+                    -EOPNOTSUPP);
+    /* Asked for with what they build on: not EINVAL, just not there. */
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_VFIO_IRTE), ==,
+                    -EOPNOTSUPP);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
+                    -EOPNOTSUPP);
+    contract_vm_free(&vm);
+}
+
+/* A feature not asked for is ENOENT, so that QEMU can tell it from a no. */
+static void test_enable_not_requested(void)
+{
+    struct hpkvm_enable req = contract_exclusive_req(1);
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
+                    -ENOENT);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
+                    -ENOENT);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IPI_FASTPATH), ==,
+                    -ENOENT);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_VFIO_IRTE), ==,
+                    -ENOENT);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
+                    -ENOENT);
+    contract_vm_free(&vm);
+}
+
+/*
+ * A required feature refused: EPERM, and nothing granted, not even what
+ * could have been (all or nothing), in the answer and in the VM itself.
+ */
+static void test_enable_required_refused(void)
+{
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_IRQ_PASSTHROUGH,
+        .required = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_IRQ_PASSTHROUGH,
+        .nr_vcpus = 1,
+    };
+    ContractVcpu vcpu;
+    ContractVm vm;
+    unsigned int f;
+
+    /* Impossible answers, to see that the kernel still copies out. */
+    req.granted = UINT64_MAX;
+    for (f = 0; f < HPKVM_FEATURE_NR; f++) {
+        req.reason[f] = 1;
+    }
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EPERM);
+    g_assert_cmphex(req.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
+                    -EOPNOTSUPP);
+    /* Grantable, but dropped with the rest: no reason reads "granted". */
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
+                    -EPERM);
+    for (f = 0; f < HPKVM_FEATURE_NR; f++) {
+        g_assert_cmpint(req.reason[f], <, 0);
+    }
+
+    /* The VM agrees: it has no exclusive cores to bind a vCPU with. */
+    contract_vcpu_new(&vm, 0, &vcpu);
+    g_assert_cmpint(contract_bind_once(&vcpu, contract_last_cpu()), ==,
+                    -EINVAL);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/* A feature without the one it builds on is invalid for the VM. */
+static void test_enable_dependencies(void)
+{
+    struct hpkvm_enable irte = {
+        .requested = HPKVM_FEAT_VFIO_IRTE,
+        .nr_vcpus = 1,
+    };
+    struct hpkvm_enable nohz = {
+        .requested = HPKVM_FEAT_DYNAMIC_NOHZ,
+        .nr_vcpus = 1,
+    };
+    ContractVm vm;
+
+    /* One VM each: HPKVM_ENABLE is once per VM. */
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &irte), ==, 0);
+    g_assert_cmphex(irte.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&irte, HPKVM_FEAT_VFIO_IRTE), ==,
+                    -EINVAL);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &nohz), ==, 0);
+    g_assert_cmphex(nohz.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&nohz, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
+                    -EINVAL);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Malformed requests are EINVAL.  All on one VM: the kernel checks its
+ * input before the once-per-VM rule, so a refused call does not use up
+ * the VM's one HPKVM_ENABLE, which the valid call at the end shows.
+ */
+static void test_enable_invalid(void)
+{
+    struct hpkvm_enable req;
+    ContractVm vm;
+    unsigned int i;
+
+    contract_vm_new(&vm);
+
+    req = contract_exclusive_req(1);
+    req.flags = 1;
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
+    req = contract_exclusive_req(1);
+    req.pad = 1;
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
+    for (i = 0; i < G_N_ELEMENTS(req.reserved); i++) {
+        req = contract_exclusive_req(1);
+        req.reserved[i] = 1;
+        g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+    }
+
+    /* Required must be a subset of requested. */
+    req = contract_exclusive_req(1);
+    req.required = HPKVM_FEAT_IRQ_PASSTHROUGH;
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
+    /* A feature version 1 does not have. */
+    req = contract_exclusive_req(1);
+    req.requested |= 1ULL << HPKVM_FEATURE_NR;
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
+    req = contract_exclusive_req(0);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
+    req = contract_exclusive_req(1);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    contract_vm_free(&vm);
+}
+
+/* A core for each vCPU and one left to the host, or E2BIG. */
+static void test_enable_too_many_vcpus(void)
+{
+    unsigned int online = contract_online();
+    struct hpkvm_enable req;
+    ContractVm vm;
+
+    g_assert_cmpuint(online, >=, 2);
+
+    contract_vm_new(&vm);
+    req = contract_exclusive_req(online);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
+                    -E2BIG);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    req = contract_exclusive_req(online - 1);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
+    contract_vm_free(&vm);
+}
+
+/* Once per VM, and HPKVM_DISABLE does not give the VM another go. */
+static void test_enable_once(void)
+{
+    struct hpkvm_enable req = contract_exclusive_req(1);
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    req = contract_exclusive_req(1);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EBUSY);
+    g_assert_cmpint(contract_disable(&vm), ==, 0);
+    req = contract_exclusive_req(1);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EBUSY);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Once a vCPU exists, HPKVM_ENABLE and HPKVM_DISABLE are EBUSY, and the
+ * refused HPKVM_DISABLE leaves the grant in place.
+ */
+static void test_order_after_vcpu(void)
+{
+    struct hpkvm_enable req = contract_exclusive_req(1);
+    ContractVcpu vcpu;
+    ContractVm vm;
+
+    /* No HPKVM_ENABLE before: the vCPU is the only reason to refuse. */
+    contract_vm_new(&vm);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EBUSY);
+    g_assert_cmpint(contract_disable(&vm), ==, -EBUSY);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    g_assert_cmpint(contract_disable(&vm), ==, -EBUSY);
+    g_assert_cmpint(contract_bind_once(&vcpu, contract_last_cpu()), ==, 0);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Before any vCPU, HPKVM_DISABLE succeeds, with nothing granted too
+ * (QEMU's rollback relies on it), and drops what was granted.
+ */
+static void test_order_disable_before_vcpu(void)
+{
+    ContractVcpu vcpu;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_disable(&vm), ==, 0);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    g_assert_cmpint(contract_disable(&vm), ==, 0);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    g_assert_cmpint(contract_bind_once(&vcpu, contract_last_cpu()), ==,
+                    -EINVAL);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+static void test_bind_without_grant(void)
+{
+    ContractVcpu vcpu;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    g_assert_cmpint(contract_bind_once(&vcpu, contract_last_cpu()), ==,
+                    -EINVAL);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * A bind pins its thread to the core and locks it there: the thread's
+ * own sched_setaffinity() is refused, as is binding the vCPU again, from
+ * the same thread or another.
+ */
+static void test_bind_pins_thread(void)
+{
+    unsigned int cpu = contract_last_cpu();
+    ContractWorker *w;
+    ContractVcpu vcpu;
+    ContractVm vm;
+    cpu_set_t set;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    w = contract_worker_new();
+    g_assert_cmpint(contract_bind(w, &vcpu, cpu), ==, 0);
+
+    g_assert_cmpint(contract_worker_call(w, contract_job_get_affinity, &set),
+                    ==, 0);
+    g_assert_cmpint(CPU_COUNT(&set), ==, 1);
+    g_assert_true(CPU_ISSET(cpu, &set));
+
+    set = contract_cpuset;
+    g_assert_cmpint(contract_worker_call(w, contract_job_set_affinity, &set),
+                    ==, -EINVAL);
+    g_assert_cmpint(contract_worker_call(w, contract_job_get_affinity, &set),
+                    ==, 0);
+    g_assert_cmpint(CPU_COUNT(&set), ==, 1);
+    g_assert_true(CPU_ISSET(cpu, &set));
+
+    g_assert_cmpint(contract_bind(w, &vcpu, cpu), ==, -EBUSY);
+    g_assert_cmpint(contract_bind_once(&vcpu, cpu), ==, -EBUSY);
+
+    contract_worker_free(w);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Malformed binds are EINVAL and change nothing: the same thread then
+ * binds the same vCPU.
+ */
+static void test_bind_invalid(void)
+{
+    static const uint32_t bad_cpus[] = { CPU_SETSIZE, 4096, UINT32_MAX };
+    unsigned int cpu = contract_last_cpu();
+    cpu_set_t others;
+    ContractWorker *w;
+    ContractVcpu vcpu;
+    ContractBind b;
+    ContractVm vm;
+    unsigned int i;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    w = contract_worker_new();
+
+    b = (ContractBind) { .vcpu = &vcpu, .bind.host_cpu = cpu };
+    b.bind.flags = 1;
+    g_assert_cmpint(contract_worker_call(w, contract_job_bind, &b), ==,
+                    -EINVAL);
+
+    for (i = 0; i < G_N_ELEMENTS(b.bind.reserved); i++) {
+        b = (ContractBind) { .vcpu = &vcpu, .bind.host_cpu = cpu };
+        b.bind.reserved[i] = 1;
+        g_assert_cmpint(contract_worker_call(w, contract_job_bind, &b), ==,
+                        -EINVAL);
+    }
+
+    /* Beyond any cpu_set_t, and CPUs this host does not have online. */
+    for (i = 0; i < G_N_ELEMENTS(bad_cpus); i++) {
+        g_assert_cmpint(contract_bind(w, &vcpu, bad_cpus[i]), ==, -EINVAL);
+    }
+
+    /*
+     * A core outside the thread's affinity: the kernel does not pin past
+     * the cpuset and sched_setaffinity() rules userspace pinned under.
+     */
+    CPU_ZERO(&others);
+    CPU_SET(contract_cpus[0], &others);
+    g_assert_cmpint(contract_worker_call(w, contract_job_set_affinity,
+                                         &others), ==, 0);
+    g_assert_cmpint(contract_bind(w, &vcpu, cpu), ==, -EINVAL);
+    CPU_SET(cpu, &others);
+    g_assert_cmpint(contract_worker_call(w, contract_job_set_affinity,
+                                         &others), ==, 0);
+
+    g_assert_cmpint(contract_bind(w, &vcpu, cpu), ==, 0);
+    contract_worker_free(w);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * A VM binds no more vCPUs than it announced in HPKVM_ENABLE: E2BIG,
+ * whichever core the extra one asks for.  The kernel counts before it
+ * looks at the core: with two CPUs, the only other core is the host's.
+ */
+static void test_bind_more_than_announced(void)
+{
+    ContractVcpu vcpu0, vcpu1;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu0);
+    contract_vcpu_new(&vm, 1, &vcpu1);
+    g_assert_cmpint(contract_bind_once(&vcpu0, contract_last_cpu()), ==, 0);
+    g_assert_cmpint(contract_bind_once(&vcpu1, contract_cpus[0]), ==,
+                    -E2BIG);
+    contract_vcpu_free(&vcpu1);
+    contract_vcpu_free(&vcpu0);
+    contract_vm_free(&vm);
+}
+
+/* Binding is before the vCPU's first KVM_RUN: EBUSY after it. */
+static void test_bind_after_run(void)
+{
+    ContractWorker *w;
+    ContractVcpu vcpu;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    w = contract_worker_new();
+    /* An unbound vCPU is not hpkvm's to refuse: it just runs. */
+    g_assert_cmpint(contract_run(w, &vcpu), ==, -EINTR);
+    g_assert_cmpint(contract_bind(w, &vcpu, contract_last_cpu()), ==,
+                    -EBUSY);
+    contract_worker_free(w);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * A thread has one affinity, so it binds one vCPU.  The second bind asks
+ * for the first one's core: from another thread that would take it from
+ * the stopped VM (see below), so only the one-per-thread rule refuses it,
+ * and the first vCPU keeps its core.
+ */
+static void test_bind_one_vcpu_per_thread(void)
+{
+    unsigned int cpu = contract_last_cpu();
+    ContractVcpu vcpu_a, vcpu_b;
+    ContractVm vm_a, vm_b;
+    ContractWorker *w;
+
+    contract_vm_new(&vm_a);
+    contract_vm_exclusive(&vm_a, 1);
+    contract_vcpu_new(&vm_a, 0, &vcpu_a);
+    contract_vm_new(&vm_b);
+    contract_vm_exclusive(&vm_b, 1);
+    contract_vcpu_new(&vm_b, 0, &vcpu_b);
+
+    w = contract_worker_new();
+    g_assert_cmpint(contract_bind(w, &vcpu_a, cpu), ==, 0);
+    g_assert_cmpint(contract_bind(w, &vcpu_b, cpu), ==, -EBUSY);
+    g_assert_cmpint(contract_run(w, &vcpu_a), ==, -EINTR);
+    contract_worker_free(w);
+
+    contract_vcpu_free(&vcpu_b);
+    contract_vm_free(&vm_b);
+    contract_vcpu_free(&vcpu_a);
+    contract_vm_free(&vm_a);
+}
+
+/*
+ * A live update (cpr-transfer) starts the next VMM while the old one
+ * still has its VM, stopped: a vCPU may take a core from another VM's
+ * vCPU that is in no ioctl (same euid here).  The old vCPU then cannot
+ * run (EBUSY) until the core is free again, and then takes it back.
+ */
+static void test_bind_take_from_stopped_vm(void)
+{
+    unsigned int cpu = contract_last_cpu();
+    ContractWorker *ta, *tb;
+    ContractVcpu vcpu_a, vcpu_b;
+    ContractVm vm_a, vm_b;
+
+    contract_vm_new(&vm_a);
+    contract_vm_exclusive(&vm_a, 1);
+    contract_vcpu_new(&vm_a, 0, &vcpu_a);
+    ta = contract_worker_new();
+    g_assert_cmpint(contract_bind(ta, &vcpu_a, cpu), ==, 0);
+
+    /* A's thread waits in this program, not in KVM. */
+    contract_vm_new(&vm_b);
+    contract_vm_exclusive(&vm_b, 1);
+    contract_vcpu_new(&vm_b, 0, &vcpu_b);
+    tb = contract_worker_new();
+    g_assert_cmpint(contract_bind(tb, &vcpu_b, cpu), ==, 0);
+    g_assert_cmpint(contract_run(tb, &vcpu_b), ==, -EINTR);
+
+    g_assert_cmpint(contract_run(ta, &vcpu_a), ==, -EBUSY);
+
+    /* B's VM goes: the core is free, and A's next KVM_RUN takes it. */
+    contract_worker_free(tb);
+    contract_vcpu_free(&vcpu_b);
+    contract_vm_free(&vm_b);
+    g_assert_cmpint(contract_run(ta, &vcpu_a), ==, -EINTR);
+
+    contract_worker_free(ta);
+    contract_vcpu_free(&vcpu_a);
+    contract_vm_free(&vm_a);
+}
+
+/* A bound vCPU runs from its own thread only: EPERM from another. */
+static void test_run_other_thread(void)
+{
+    ContractWorker *t1, *t2;
+    ContractVcpu vcpu;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    t1 = contract_worker_new();
+    t2 = contract_worker_new();
+    g_assert_cmpint(contract_bind(t1, &vcpu, contract_last_cpu()), ==, 0);
+    g_assert_cmpint(contract_run(t2, &vcpu), ==, -EPERM);
+    g_assert_cmpint(contract_run(t1, &vcpu), ==, -EINTR);
+    contract_worker_free(t2);
+    contract_worker_free(t1);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * However many VMs bind, one core stays without a vCPU, for the host:
+ * with every other core held the last one is EBUSY, whichever it is, and
+ * free again once one holder's VM is gone.
+ */
+static void test_bind_last_core_is_the_hosts(void)
+{
+    unsigned int n = contract_nr_cpus;
+    ContractVcpu *vcpus;
+    ContractWorker *w;
+    ContractVm *vms;
+    unsigned int i;
+
+    contract_need_two_cpus();
+    /* The kernel counts online CPUs: this needs to see them all. */
+    g_assert_cmpuint(n, ==, contract_online());
+
+    vms = g_new0(ContractVm, n);
+    vcpus = g_new0(ContractVcpu, n);
+    for (i = 0; i < n; i++) {
+        contract_vm_new(&vms[i]);
+        contract_vm_exclusive(&vms[i], 1);
+        contract_vcpu_new(&vms[i], 0, &vcpus[i]);
+    }
+    for (i = 0; i < n - 1; i++) {
+        g_assert_cmpint(contract_bind_once(&vcpus[i], contract_cpus[i]), ==,
+                        0);
+    }
+
+    /* A refused bind leaves the thread unbound: it may try again. */
+    w = contract_worker_new();
+    g_assert_cmpint(contract_bind(w, &vcpus[n - 1], contract_cpus[n - 1]),
+                    ==, -EBUSY);
+    contract_vcpu_free(&vcpus[0]);
+    contract_vm_free(&vms[0]);
+    g_assert_cmpint(contract_bind(w, &vcpus[n - 1], contract_cpus[n - 1]),
+                    ==, 0);
+    contract_worker_free(w);
+
+    for (i = 1; i < n; i++) {
+        contract_vcpu_free(&vcpus[i]);
+        contract_vm_free(&vms[i]);
+    }
+    g_free(vcpus);
+    g_free(vms);
+}
+
+static void contract_list_cpus(void)
+{
+    unsigned int cpu;
+
+    contract_setup(sched_getaffinity(0, sizeof(contract_cpuset),
+                                     &contract_cpuset),
+                   "sched_getaffinity");
+    for (cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &contract_cpuset)) {
+            contract_cpus[contract_nr_cpus++] = cpu;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    contract_list_cpus();
+
+    g_test_add_func("/hpkvm-contract/caps", test_caps);
+    g_test_add_func("/hpkvm-contract/enable/grants-exclusive-cores",
+                    test_enable_grants_exclusive);
+    g_test_add_func("/hpkvm-contract/enable/not-requested",
+                    test_enable_not_requested);
+    g_test_add_func("/hpkvm-contract/enable/required-refused",
+                    test_enable_required_refused);
+    g_test_add_func("/hpkvm-contract/enable/dependencies",
+                    test_enable_dependencies);
+    g_test_add_func("/hpkvm-contract/enable/invalid", test_enable_invalid);
+    g_test_add_func("/hpkvm-contract/enable/too-many-vcpus",
+                    test_enable_too_many_vcpus);
+    g_test_add_func("/hpkvm-contract/enable/once", test_enable_once);
+    g_test_add_func("/hpkvm-contract/order/after-vcpu",
+                    test_order_after_vcpu);
+    g_test_add_func("/hpkvm-contract/order/disable-before-vcpu",
+                    test_order_disable_before_vcpu);
+    g_test_add_func("/hpkvm-contract/bind/without-grant",
+                    test_bind_without_grant);
+    g_test_add_func("/hpkvm-contract/bind/pins-thread",
+                    test_bind_pins_thread);
+    g_test_add_func("/hpkvm-contract/bind/invalid", test_bind_invalid);
+    g_test_add_func("/hpkvm-contract/bind/more-than-announced",
+                    test_bind_more_than_announced);
+    g_test_add_func("/hpkvm-contract/bind/after-run", test_bind_after_run);
+    g_test_add_func("/hpkvm-contract/bind/one-vcpu-per-thread",
+                    test_bind_one_vcpu_per_thread);
+    g_test_add_func("/hpkvm-contract/bind/take-from-stopped-vm",
+                    test_bind_take_from_stopped_vm);
+    g_test_add_func("/hpkvm-contract/bind/last-core-is-the-hosts",
+                    test_bind_last_core_is_the_hosts);
+    g_test_add_func("/hpkvm-contract/run/other-thread",
+                    test_run_other_thread);
+
+    return g_test_run();
+}
