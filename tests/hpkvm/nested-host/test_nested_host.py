@@ -2,11 +2,18 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Tests of the nested test host: what it gives must be real.
 
+The nested host runs our KVM (kvm/) unless a test says kvm="stock".
+
 - -accel hpkvm runs our guest on the nested host's KVM, and passes;
 - KVM_CAP_X86_DISABLE_EXITS with HLT works: the halting vCPU's halt exits
   (query-stats) are >= 1 per HLT without it and ~0 with it, in one run;
-- likewise -accel hpkvm against -accel kvm, hpkvm reporting the upstream
-  fallbacks it used on this unpatched kernel;
+- likewise -accel hpkvm against -accel kvm on Debian's KVM, hpkvm
+  reporting the upstream fallbacks it used on that unpatched kernel;
+- our KVM grants exclusive-cores: each vCPU thread bound to its leased
+  core (taskset refused), the guest passes, and kvm.enable_hpkvm=N falls
+  back; a host task pinned to a bound core still runs there and the core
+  ticks, and a SIGKILLed VM's cores bind again at once; the contract's
+  test (tests/hpkvm/kernel) passes against it;
 - a tap with vhost=on starts the kernel's vhost worker, and SR-IOV VFs
   bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
   opens;
