@@ -12,8 +12,9 @@ import glob
 import os
 import sys
 
+# realpath: meson runs this from build/src, whose files link back here.
 REPO = os.path.normpath(os.path.join(os.path.dirname(
-    os.path.abspath(__file__)), "../../.."))
+    os.path.realpath(__file__)), "../../.."))
 UAPI = "include/uapi/linux/hpkvm.h"
 
 

@@ -22,7 +22,10 @@ from cpio_newc import NewcWriter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-REPO = os.path.normpath(os.path.join(HERE, "../../.."))
+# The repository, not build/src: meson runs the tests from the overlay,
+# whose files are links into the repository, and kvm/ is not overlaid.
+REPO = os.path.normpath(os.path.join(
+    os.path.dirname(os.path.realpath(__file__)), "../../.."))
 
 # The kernel the nested host is tested with, and our KVM is built for
 # (kvm/build.sh).  Debian replaces kernel ABI versions in its archive;
