@@ -123,12 +123,10 @@ def build_dir():
 
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
-        timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
-        cmdline=()):
+        timeout=600, files=None, build=None, cache=None, kvm="hpkvm"):
     """Boot the nested host, run script in it, return a Result.
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
-    cmdline: more kernel command-line words (e.g. kvm.enable_hpkvm=0);
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping;
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
@@ -136,12 +134,12 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     files: {path inside: bytes} added next to the script in /payload;
     timeout: seconds for the whole run; NestedHostError past it.
     """
+    if kvm not in ("hpkvm", "stock"):
+        raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
     build = build or build_dir()
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
     vmlinuz, base = image.build_base(cache, kver)
-    if kvm not in ("hpkvm", "stock"):
-        raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
     pieces = [base]
     if kvm == "hpkvm":
         pieces.append(image.build_kvm(build, kver))
@@ -172,7 +170,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # vCPU, so it is in fact synchronized.
         append = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
                   f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}",
-                  f"nested_host.kvm={kvm}", *cmdline]
+                  f"nested_host.kvm={kvm}"]
         machine = "q35"
         if iommu:
             append.append("intel_iommu=on")
