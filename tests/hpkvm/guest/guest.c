@@ -26,6 +26,9 @@
  *             that checks itself across a live migration ("soak: started"
  *             is printed first, "soak: round K" every 8 rounds; a round
  *             takes ~0.5 s on a nested paravirtual KVM)
+ *   wedge=N   after the result line, with one vCPU: N rounds of ICR,
+ *             self-IPI and TPR writes of any value with interrupts off,
+ *             then IF=0 forever without halting (see wedge.c)
  *
  * It needs no firmware services beyond what SeaBIOS and QEMU's multiboot
  * loader leave behind, and few VM exits, so it finishes in well under a
@@ -60,14 +63,6 @@
 /* The soak workload's memory: identity-mapped, above the guest image. */
 #define SOAK_BASE           0x400000ull
 #define SOAK_WORDS          (0x40000ull / 8)
-
-struct interrupt_frame {
-    uint64_t rip;
-    uint64_t cs;
-    uint64_t rflags;
-    uint64_t rsp;
-    uint64_t ss;
-};
 
 /*
  * Shared between CPUs and interrupt handlers: accessed only through
@@ -756,6 +751,9 @@ void bsp_main(void)
         putu_serial(retries);
     }
     puts_serial("\n");
+    if (option("wedge")) {
+        wedge(option("wedge"), ncpus);
+    }
     if (option("hold")) {
         for (;;) {
             __asm__ volatile("cli; hlt");

@@ -46,6 +46,15 @@
 #define VEC_BENCH       0x43
 #define VEC_SPURIOUS    0xff
 
+/* What an interrupt handler (__attribute__((interrupt))) is given. */
+struct interrupt_frame {
+    uint64_t rip;
+    uint64_t cs;
+    uint64_t rflags;
+    uint64_t rsp;
+    uint64_t ss;
+};
+
 /* boot.S */
 extern char trampoline_start[], trampoline_end[];
 extern uint32_t multiboot_info;     /* physical address, below 4 GiB */
@@ -83,5 +92,8 @@ uint32_t vnet_send(uint32_t n);
 
 /* bench.c: the micro-benchmarks ("bench=N") */
 void bench_run(uint32_t ncpus, bool tsc_deadline);
+
+/* wedge.c: a guest that tries to wedge its host ("wedge=N"); never returns */
+void __attribute__((noreturn)) wedge(uint64_t rounds, uint32_t ncpus);
 
 #endif

@@ -56,19 +56,21 @@ wait_qmp_socket() {
     done
     return 0
 }
-# Why a guest did not finish: QEMU's view, its threads in the kernel, and
+# Why the guest of QEMU $qemu_pid (QMP socket $1, /tmp/qmp.sock unless
+# given) did not finish: QEMU's view, its threads in the kernel, and
 # whether KVM still runs the guest (exits growing).
 guest_stuck() {
+    sock=${1:-/tmp/qmp.sock}
     echo "stuck: no result line from the guest"
-    echo "stuck: status $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}')"
+    echo "stuck: status $(qmp-exec $sock '{"execute": "query-status"}')"
     for n in 1 2; do
-        echo "stuck: exits $(qmp-exec /tmp/qmp.sock '{"execute": "query-stats",
+        echo "stuck: exits $(qmp-exec $sock '{"execute": "query-stats",
             "arguments": {"target": "vcpu", "providers": [{"provider": "kvm",
             "names": ["exits", "halt_exits", "irq_exits", "io_exits",
                       "mmio_exits"]}]}}')"
         sleep 1
     done
-    qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command",
+    qmp-exec $sock '{"execute": "human-monitor-command",
         "arguments": {"command-line": "info registers -a"}}' |
         grep -o '[ER]IP=[0-9a-f]*\|HLT=[01]\|[ER]FL=[0-9a-f]*\|CS =[0-9a-f]* [0-9a-f]*\|CR0=[0-9a-f]*' |
         tr '\n' ' ' | sed 's/^/stuck: registers /'

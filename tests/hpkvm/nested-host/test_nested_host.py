@@ -144,9 +144,9 @@ def lines_with(output, prefix):
 
 def never_booted(res):
     """Why an L2 guest never ran our code (its serial stayed empty while
-    it ran: the firmware never handed over), or None."""
-    out = "\n" + res.output
-    if "\nserial: \n" not in out and "\nqemu-hang-serial: \n" not in out:
+    it ran: the firmware never handed over), or None.  A payload with
+    several VMs names each one's serial "serial-NAME: "."""
+    if not re.search(r"^(qemu-hang-)?serial(-\w+)?: $", res.output, re.M):
         return None
     return "\n".join(line for line in res.output.splitlines()
                      if line.startswith("stuck: "))
@@ -381,6 +381,94 @@ guest_finish
     assert sorted(p["host-cpu"] for p in nxt["placement"]) == [2, 3], nxt
     assert lines_with(res.output, "status: ") == ["1"], res.output
     assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[0]
+
+
+# A bound core's CPU: its LOC column in /proc/interrupts, exits of the
+# VM's vCPU 0 (query-stats), and kernel lines that mean a wedged host.
+WEDGE_LIB = r"""
+loc_of() { awk -v col=$(($1 + 2)) '/^ *LOC:/ { print $col }' /proc/interrupts; }
+exits() {
+    qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments":
+        {"target": "vcpu", "providers": [{"provider": "kvm",
+         "names": ["exits"]}]}}' | grep -o '"value": [0-9]*' | head -n 1 |
+        cut -d' ' -f2
+}
+wedge_log() {
+    dmesg | grep -i 'soft lockup\|hard lockup\|rcu.*stall\|hung task\|BUG:\|WARNING:' |
+        sed 's/^/dmesg-bad: /'
+}
+"""
+
+
+@test
+def our_kvm_keeps_the_host_alive_beside_a_guest_that_never_takes_an_interrupt():
+    """A guest on a core our KVM bound writes any ICR value, self-IPI
+    vector and TPR with interrupts off, then keeps IF=0 forever without
+    halting (wedge=): for 25 s, longer than the soft-lockup and RCU-stall
+    thresholds, the host keeps that core (a task pinned to it runs, its
+    timer ticks, the vCPU keeps exiting to KVM), QEMU answers and quits,
+    the kernel logs no lockup, and the next VM binds the core and passes.
+    What irq-passthrough must keep true, checked on what is granted."""
+    res = nested(PAYLOAD_LIB + WEDGE_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+dmesg -c > /dev/null            # only what happens from here on counts
+# Isolation off: the helper would move the pinned task off the core.
+guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off \
+    -cpu host -smp 1 -append wedge=2000 || exit 1
+core=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
+       grep -o '"host-cpu": [0-9]*' | head -n 1 | cut -d' ' -f2)
+echo "core: $core"
+guest_cont
+i=0; until grep -q 'interrupts off from now on' /tmp/serial.log 2>/dev/null; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
+done
+echo "serial: $(cat /tmp/serial.log)"
+loc0=$(loc_of $core); exits0=$(exits); t0=$(cut -d. -f1 /proc/uptime)
+taskset -c $core sh -c 'n=0; while [ $n -lt 20000 ]; do n=$((n + 1)); done; echo "pinned-done: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"' &
+pinned=$!
+i=0; while [ -e /proc/$pinned ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "pinned-alive: $([ -e /proc/$pinned ] && echo yes || echo no)"
+wait $pinned
+while [ $(($(cut -d. -f1 /proc/uptime) - t0)) -lt 25 ]; do sleep 1; done
+echo "loc: $loc0 $(loc_of $core)"
+echo "exits: $exits0 $(exits)"
+echo "wedged-status: $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' |
+    grep -o '"status": "[a-z-]*"')"
+echo "wedged-serial: $(tail -n 1 /tmp/serial.log)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit-status: $?"
+wedge_log
+guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
+echo "next: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_finish
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    core = int(lines_with(res.output, "core: ")[0])
+    assert core in (2, 3), res.output
+    assert "hpkvm-guest: PASS cpus=1/1" in \
+        lines_with(res.output, "serial: ")[0], res.output
+    # Every write taken (no #GP), NMIs to itself among them.
+    wedged = lines_with(res.output, "wedged-serial: ")[0]
+    m = re.fullmatch(r"hpkvm-guest: wedge: rounds=2000 nmis=(\d+) gps=0, "
+                     r"interrupts off from now on", wedged)
+    assert m and int(m.group(1)) > 0, wedged
+    assert lines_with(res.output, "pinned-done: ") == \
+        [f"Cpus_allowed_list:{core}"], res.output
+    assert lines_with(res.output, "pinned-alive: ") == ["no"], res.output
+    loc0, loc1 = map(int, lines_with(res.output, "loc: ")[0].split())
+    assert loc1 > loc0, "the bound core's local timer stopped"
+    exits0, exits1 = map(int, lines_with(res.output, "exits: ")[0].split())
+    assert exits1 > exits0, "KVM lost the core: the vCPU stopped exiting"
+    assert lines_with(res.output, "wedged-status: ") == \
+        ['"status": "running"'], res.output
+    assert lines_with(res.output, "quit-status: ") == ["0"], res.output
+    assert not lines_with(res.output, "dmesg-bad: "), res.output
+    nxt = json.loads(lines_with(res.output, "next: ")[0])["return"]
+    assert feature(nxt, "exclusive-cores")["granted"], nxt
+    assert lines_with(res.output, "status: ") == ["1"], res.output
+    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[1]
 
 
 @test
@@ -1018,7 +1106,13 @@ vm_run() {
     qmp-exec /tmp/$1.sock cont > /dev/null
     i=0
     until grep -q 'hpkvm-guest: \(PASS\|FAIL\)' /tmp/$1.serial 2>/dev/null; do
-        sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && break
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 600 ]; then
+            eval "qemu_pid=\$pid_$1"
+            guest_stuck /tmp/$1.sock
+            echo "stuck: stderr $(cat /tmp/$1.err)"
+            break
+        fi
     done
     echo "serial-$1: $(cat /tmp/$1.serial)"
     echo "status-$1: $(qmp-exec /tmp/$1.sock '{"execute": "query-status"}' |
