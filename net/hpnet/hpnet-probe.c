@@ -141,6 +141,43 @@ char *hpnet_probe_pf(const char *root, const char *pf, char **why)
     return NULL;
 }
 
+static bool hex_digits(const char *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (!g_ascii_isxdigit(s[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool hpnet_pci_address_valid(const char *s)
+{
+    /* DDDD:BB:DD.F, device below 0x20, function below 8 */
+    return strlen(s) == 12 && hex_digits(s, 4) && s[4] == ':' &&
+           hex_digits(s + 5, 2) && s[7] == ':' && hex_digits(s + 8, 2) &&
+           g_ascii_xdigit_value(s[8]) < 2 && s[10] == '.' &&
+           s[11] >= '0' && s[11] <= '7';
+}
+
+bool hpnet_ifname_valid(const char *s)
+{
+    const char *c;
+
+    /* The kernel's dev_valid_name(), IFNAMSIZ 16 */
+    if (!*s || strlen(s) >= 16 || !strcmp(s, ".") || !strcmp(s, "..")) {
+        return false;
+    }
+    for (c = s; *c; c++) {
+        if (*c == '/' || *c == ':' || g_ascii_isspace(*c)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static void set(HpnetProbe *p, bool ok, char *reason)
 {
     p->available = ok;
@@ -170,9 +207,7 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
                      "vhost-user-chardev="));
     } else if (!cfg->ram_can_be_shared) {
         set(&probes[HPNET_BACKEND_VHOST_USER], false,
-            g_strdup("guest RAM is not shared with the peer: add "
-                     "-object memory-backend-memfd,id=mem,size=SIZE,"
-                     "share=on -machine memory-backend=mem"));
+            g_strdup(HPNET_RAM_NOT_SHARED));
     } else if (cfg->vhost_user_socket) {
         g_autofree char *path = at(cfg->root, cfg->vhost_user_socket);
         struct stat st;
@@ -193,6 +228,11 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
     if (!cfg->vf && !cfg->pf) {
         set(&probes[HPNET_BACKEND_SRIOV], false,
             g_strdup("not configured: give vf= or pf="));
+    } else if (cfg->at_run_time) {
+        set(&probes[HPNET_BACKEND_SRIOV], false,
+            g_strdup("netdev_add at run time: hpnet plugs a VF only at "
+                     "start-up; device_add vfio-pci,host=VF,"
+                     "failover_pair_id=STANDBY plugs one by hand"));
     } else if (!cfg->standby) {
         set(&probes[HPNET_BACKEND_SRIOV], false,
             g_strdup("needs standby=ID, the id of a -device "

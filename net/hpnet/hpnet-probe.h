@@ -20,11 +20,26 @@ typedef struct HpnetProbeConfig {
     bool tap_fd;                    /* fd= given: no /dev/net/tun needed */
     const char *vhost_user_socket;
     bool vhost_user_chardev;        /* a chardev was named */
-    bool ram_can_be_shared;         /* a memory backend holds guest RAM */
+    bool ram_can_be_shared;         /* every guest RAM backend shared */
+    bool at_run_time;               /* netdev_add: no VF can be plugged */
     const char *vf;
     const char *pf;
     bool standby;                   /* standby= given */
 } HpnetProbeConfig;
+
+/* Why vhost-user cannot run, and the fix. */
+#define HPNET_RAM_NOT_SHARED \
+    "guest RAM is not shared with the peer: give each memory backend " \
+    "of guest RAM share=on, e.g. -object memory-backend-memfd,id=mem," \
+    "size=SIZE,share=on -machine memory-backend=mem (or -numa node," \
+    "memdev=mem)"
+
+/*
+ * What may become a sysfs path: a PCI address DDDD:BB:DD.F (vf=, pf=)
+ * or a network interface name (pf=), never a path of its own.
+ */
+bool hpnet_pci_address_valid(const char *s);
+bool hpnet_ifname_valid(const char *s);
 
 /* Probe every backend; *vf is the VF SR-IOV would use (or NULL). */
 void hpnet_probe_all(const HpnetProbeConfig *cfg,

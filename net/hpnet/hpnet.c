@@ -18,6 +18,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/cutils.h"
 #include "qemu/error-report.h"
 #include "qemu/option.h"
 #include "qemu/config-file.h"
@@ -27,7 +28,6 @@
 #include "qapi/clone-visitor.h"
 #include "qapi/qapi-visit-hpnet.h"
 #include "chardev/char.h"
-#include "hw/boards.h"
 #include "system/hostmem.h"
 #include "hw/qdev-core.h"
 #include "hw/virtio/virtio-net.h"
@@ -48,12 +48,64 @@ typedef struct HpnetState {
     HpnetCandidateList *candidates;
     char *vf;
     char *standby;
-    Chardev *chr;               /* the vhost-user socket hpnet opened */
     QTAILQ_ENTRY(HpnetState) next;
 } HpnetState;
 
 static QTAILQ_HEAD(, HpnetState) hpnets = QTAILQ_HEAD_INITIALIZER(hpnets);
 static Notifier backend_check;
+
+static void hpnet_state_free(HpnetState *s)
+{
+    qapi_free_HpnetCandidateList(s->candidates);
+    g_free(s->id);
+    g_free(s->vf);
+    g_free(s->standby);
+    g_free(s);
+}
+
+/*
+ * Forget the hpnet netdevs netdev_del removed.  Net clients have no
+ * removal notifier; a removed one is no longer found by its id, and its
+ * id can only be taken again once it is gone, so looking at each
+ * query and each creation is enough.
+ */
+static void hpnet_forget_removed(void)
+{
+    HpnetState *s, *tmp;
+
+    QTAILQ_FOREACH_SAFE(s, &hpnets, next, tmp) {
+        if (!qemu_find_netdev(s->id)) {
+            QTAILQ_REMOVE(&hpnets, s, next);
+            hpnet_state_free(s);
+        }
+    }
+}
+
+static int hpnet_find_unshared_ram(Object *obj, void *opaque)
+{
+    HostMemoryBackend *ram = (HostMemoryBackend *)
+        object_dynamic_cast(obj, TYPE_MEMORY_BACKEND);
+    bool *any = opaque;
+
+    if (!ram || !host_memory_backend_is_mapped(ram)) {
+        return 0;
+    }
+    *any = true;
+    return !object_property_get_bool(obj, "share", NULL);
+}
+
+/*
+ * vhost-user maps all of guest RAM: every memory backend that holds some
+ * (-machine memory-backend=, each -numa node,memdev=, DIMMs) is shared.
+ */
+static bool hpnet_guest_ram_shared(void)
+{
+    bool any = false;
+
+    return !object_child_foreach_recursive(object_get_objects_root(),
+                                           hpnet_find_unshared_ram, &any) &&
+           any;
+}
 
 static int tap_backend(const NetdevHpnetOptions *o, const char *name,
                        NetClientState *peer, bool vhost, Error **errp)
@@ -66,17 +118,21 @@ static int tap_backend(const NetdevHpnetOptions *o, const char *name,
 
     t->ifname = o->ifname;
     t->fd = o->fd;
-    /* No host configuration unless asked: tap's own default runs one. */
-    t->script = o->script ?: (char *)"no";
-    t->downscript = o->downscript ?: (char *)"no";
+    /*
+     * No host configuration unless asked: tap's own default runs one.
+     * A tap given as fd= (as libvirt gives it) takes no script at all.
+     */
+    if (!o->fd) {
+        t->script = o->script ?: (char *)"no";
+        t->downscript = o->downscript ?: (char *)"no";
+    }
     t->has_vhost = true;
     t->vhost = vhost;
     return net_init_tap(&tap, name, peer, errp);
 }
 
-static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
-                              const char *name, NetClientState *peer,
-                              Error **errp)
+static int vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
+                              NetClientState *peer, Error **errp)
 {
     Netdev vu = {
         .id = (char *)name,
@@ -84,6 +140,7 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
     };
     g_autofree char *label = NULL;
     QemuOpts *opts;
+    Chardev *chr;
     int ret;
 
     if (o->vhost_user_chardev) {
@@ -101,16 +158,16 @@ static int vhost_user_backend(HpnetState *s, const NetdevHpnetOptions *o,
     }
     qemu_opt_set(opts, "backend", "socket", &error_abort);
     qemu_opt_set(opts, "path", o->vhost_user_socket, &error_abort);
-    s->chr = qemu_chr_new_from_opts(opts, NULL, errp);
+    chr = qemu_chr_new_from_opts(opts, NULL, errp);
     qemu_opts_del(opts);
-    if (!s->chr) {
+    if (!chr) {
         return -1;
     }
     vu.u.vhost_user.chardev = label;
+    /* Once it is up, the netdev owns the chardev: netdev_del deletes it. */
     ret = net_init_vhost_user(&vu, name, peer, errp);
     if (ret < 0) {
-        object_unparent(OBJECT(s->chr));
-        s->chr = NULL;
+        object_unparent(OBJECT(chr));
     }
     return ret;
 }
@@ -144,7 +201,7 @@ static int create(HpnetState *s, const NetdevHpnetOptions *o,
     case HPNET_BACKEND_VHOST_NET:
         return tap_backend(o, name, peer, true, errp);
     case HPNET_BACKEND_VHOST_USER:
-        return vhost_user_backend(s, o, name, peer, errp);
+        return vhost_user_backend(o, name, peer, errp);
     case HPNET_BACKEND_SRIOV:
         /* The standby's data path: the kernel's where the host has it. */
         if (tap_backend(o, name, peer,
@@ -152,31 +209,34 @@ static int create(HpnetState *s, const NetdevHpnetOptions *o,
                         errp) < 0) {
             return -1;
         }
-        return add_vf_device(s, o, errp) ? 0 : -1;
+        if (!add_vf_device(s, o, errp)) {
+            /* The next backend takes the id: no standby left behind. */
+            qemu_del_net_client(qemu_find_netdev(name));
+            return -1;
+        }
+        return 0;
     default:
         g_assert_not_reached();
     }
 }
 
 /*
- * Once the machine exists: vhost-user needs guest RAM the peer can map,
- * and an SR-IOV standby must be a virtio-net device with failover=on.
+ * What start-up could not know when the netdevs were made, checked once
+ * the machine exists: vhost-user needs guest RAM the peer can map, and an
+ * SR-IOV standby must be a virtio-net device with failover=on.  (Netdevs
+ * added at run time are probed against the machine as it is.)
  */
 static void check_backends(Notifier *n, void *data)
 {
-    HostMemoryBackend *ram = current_machine->memdev;
+    bool shared = hpnet_guest_ram_shared();
     HpnetState *s;
 
     QTAILQ_FOREACH(s, &hpnets, next) {
         DeviceState *dev;
 
-        if (s->backend == HPNET_BACKEND_VHOST_USER &&
-            (!ram || !object_property_get_bool(OBJECT(ram), "share",
-                                               NULL))) {
-            error_report("hpnet %s: vhost-user: guest RAM is not shared "
-                         "with the peer: add -object memory-backend-memfd,"
-                         "id=mem,size=SIZE,share=on -machine "
-                         "memory-backend=mem", s->id);
+        if (s->backend == HPNET_BACKEND_VHOST_USER && !shared) {
+            error_report("hpnet %s: vhost-user: " HPNET_RAM_NOT_SHARED,
+                         s->id);
             exit(1);
         }
         if (s->backend != HPNET_BACKEND_SRIOV) {
@@ -195,6 +255,43 @@ static void check_backends(Notifier *n, void *data)
     }
 }
 
+/*
+ * vf= and pf= become sysfs paths: only what names a device or a NIC.
+ * fd= is closed by tap when it fails: never one of QEMU's own streams,
+ * or the error would go with it.
+ */
+static bool hpnet_check_options(const NetdevHpnetOptions *o,
+                                const char *name, Error **errp)
+{
+    int fd;
+
+    if (o->fd && !qemu_strtoi(o->fd, NULL, 10, &fd) && fd >= 0 &&
+        fd <= STDERR_FILENO) {
+        error_setg(errp, "hpnet %s: fd=%d is QEMU's standard %s, not a tap",
+                   name, fd, fd == STDIN_FILENO ? "input" :
+                   fd == STDOUT_FILENO ? "output" : "error");
+        error_append_hint(errp, "Pass the tap as a descriptor above 2, as "
+                          "libvirt does, or by the name getfd gave it.\n");
+        return false;
+    }
+    if (o->vf && !hpnet_pci_address_valid(o->vf)) {
+        error_setg(errp, "hpnet %s: vf=%s is not a PCI address", name,
+                   o->vf);
+        error_append_hint(errp, "Give the VF as DDDD:BB:DD.F, e.g. "
+                          "vf=0000:01:10.0 (lspci -D lists them).\n");
+        return false;
+    }
+    if (o->pf && !hpnet_pci_address_valid(o->pf) &&
+        !hpnet_ifname_valid(o->pf)) {
+        error_setg(errp, "hpnet %s: pf=%s is neither a network interface "
+                   "nor a PCI address", name, o->pf);
+        error_append_hint(errp, "Give the PF's interface name (pf=eth1) or "
+                          "its PCI address (pf=0000:01:00.0).\n");
+        return false;
+    }
+    return true;
+}
+
 int net_init_hpnet(const Netdev *netdev, const char *name,
                    NetClientState *peer, Error **errp)
 {
@@ -202,16 +299,18 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
     const NetdevHpnetOptions *o = &netdev->u.hpnet;
     g_autofree HpnetState *s = g_new0(HpnetState, 1);
     HpnetProbe probes[HPNET_BACKEND__MAX] = { 0 };
+    bool running = phase_check(PHASE_MACHINE_READY);
     HpnetProbeConfig cfg = {
         .root = o->x_root ?: "",
         .tap_fd = o->fd != NULL,
         .vhost_user_socket = o->vhost_user_socket,
         .vhost_user_chardev = o->vhost_user_chardev != NULL,
         /*
-         * The memory backend does not exist yet when netdevs are made:
-         * whether guest RAM is shared is checked once it does.
+         * At start-up guest RAM does not exist yet when netdevs are
+         * made: whether it is shared is checked once it does.
          */
-        .ram_can_be_shared = true,
+        .ram_can_be_shared = !running || hpnet_guest_ram_shared(),
+        .at_run_time = running,
         .vf = o->vf,
         .pf = o->pf,
         .standby = o->standby != NULL,
@@ -228,6 +327,10 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
         error_setg(errp, "hpnet %s: give vf= or pf=, not both", name);
         return -1;
     }
+    if (!hpnet_check_options(o, name, errp)) {
+        return -1;
+    }
+    hpnet_forget_removed();
     s->id = g_strdup(name);
     s->need = o->has_need ? o->need : HPNET_NEED_THROUGHPUT;
     s->forced = o->has_backend;
@@ -278,10 +381,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
 
 fail:
     hpnet_probes_free(probes);
-    qapi_free_HpnetCandidateList(s->candidates);
-    g_free(s->id);
-    g_free(s->vf);
-    g_free(s->standby);
+    hpnet_state_free(g_steal_pointer(&s));
     return -1;
 }
 
@@ -306,6 +406,7 @@ HpnetInfoList *qmp_query_hpnet(Error **errp)
     HpnetInfoList *list = NULL, **tail = &list;
     HpnetState *s;
 
+    hpnet_forget_removed();
     QTAILQ_FOREACH(s, &hpnets, next) {
         HpnetInfo *info = g_new0(HpnetInfo, 1);
 

@@ -1,7 +1,8 @@
 /*
  * Unit tests of hpnet's probes over fake /dev and /sys trees: tap and
  * vhost-net nodes that open or not, vhost-user sockets and shared RAM,
- * SR-IOV VFs and PFs with each way they can be unusable.
+ * SR-IOV VFs and PFs with each way they can be unusable; and what vf=
+ * and pf= may name.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -238,7 +239,50 @@ static void test_nodes_and_sockets(void)
     g_assert_cmpstr(vf, ==, "0000:01:10.0");
     g_free(vf);
     hpnet_probes_free(p);
+
+    /* netdev_add: the VF is usable, but nothing would plug it. */
+    cfg.at_run_time = true;
+    probe(&cfg, p, &vf);
+    g_assert_false(p[HPNET_BACKEND_SRIOV].available);
+    g_assert_null(vf);
+    g_assert_nonnull(strstr(p[HPNET_BACKEND_SRIOV].reason,
+                            "hpnet plugs a VF only at start-up"));
+    hpnet_probes_free(p);
     drop_tree();
+}
+
+/* What vf= and pf= may be before they become sysfs paths. */
+static void test_device_names(void)
+{
+    static const char *const pci_ok[] = {
+        "0000:01:10.0", "ffff:ff:1f.7", "0000:00:00.0", "0001:Ab:0c.3",
+    };
+    static const char *const pci_bad[] = {
+        "", "0000:01:10", "0000:01:20.0", "0000:01:10.8", "000:001:10.0",
+        "0000:01:10.0/..", "../../../../etc", "0000-01-10.0", "0000:0g:10.0",
+        "0000:01:10.00",
+    };
+    static const char *const if_ok[] = {
+        "eth1", "enp1s0f0", "a", "x.y", "fifteen-chars-x",
+    };
+    static const char *const if_bad[] = {
+        "", ".", "..", "a/b", "../eth0", "eth 1", "sixteen-chars-xx",
+        "0000:01:00.0",
+    };
+    size_t i;
+
+    for (i = 0; i < ARRAY_SIZE(pci_ok); i++) {
+        g_assert_true(hpnet_pci_address_valid(pci_ok[i]));
+    }
+    for (i = 0; i < ARRAY_SIZE(pci_bad); i++) {
+        g_assert_false(hpnet_pci_address_valid(pci_bad[i]));
+    }
+    for (i = 0; i < ARRAY_SIZE(if_ok); i++) {
+        g_assert_true(hpnet_ifname_valid(if_ok[i]));
+    }
+    for (i = 0; i < ARRAY_SIZE(if_bad); i++) {
+        g_assert_false(hpnet_ifname_valid(if_bad[i]));
+    }
 }
 
 int main(int argc, char **argv)
@@ -247,5 +291,6 @@ int main(int argc, char **argv)
     g_test_add_func("/hpnet/probe/vf", test_vf);
     g_test_add_func("/hpnet/probe/pf", test_pf);
     g_test_add_func("/hpnet/probe/nodes-and-sockets", test_nodes_and_sockets);
+    g_test_add_func("/hpnet/probe/device-names", test_device_names);
     return g_test_run();
 }

@@ -233,16 +233,18 @@ class Vm:
 
     def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm",
                  env=None, guest=None, machine="pc", memory=("-m", "32"),
-                 wrap=()):
+                 wrap=(), pass_fds=()):
         """guest: None, or the test guest's -append options; its serial
-        output then goes to self.serial."""
+        output then goes to self.serial.  pass_fds: descriptors QEMU
+        inherits (as fd=N options name them)."""
         root = needs_helper(accel)
         if root:
             helper_for(root)
         self.sock = os.path.join(tmp, f"{name}.qmp")
         self.serial = os.path.join(tmp, f"{name}.serial")
         self.cmd = [QEMU, "-accel", accel, "-S", "-machine", machine,
-                    "-smp", str(smp), "-cpu", CPU, *memory,
+                    "-smp", str(smp),
+                    "-cpu", "max" if accel == "tcg" else CPU, *memory,
                     "-nodefaults", "-display", "none", "-monitor", "none",
                     "-qmp", f"unix:{self.sock},server=on,wait=off"]
         if guest is None:
@@ -254,7 +256,7 @@ class Vm:
         self.cmd = list(wrap) + self.cmd + list(extra)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
-                                     env=env)
+                                     env=env, pass_fds=pass_fds)
         self._sock = None
         self.timeout = timeout
 
