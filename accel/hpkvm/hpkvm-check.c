@@ -23,6 +23,10 @@
 #include "qemu/error-report.h"
 #include "qemu/sockets.h"
 #include "qapi/error.h"
+#include "qobject/qdict.h"
+#include "qobject/qjson.h"
+#include "qobject/qlist.h"
+#include <getopt.h>
 #include <sys/ioctl.h>
 #include "linux/kvm.h"
 #include "linux/hpkvm.h"
@@ -30,7 +34,10 @@
 #include "hpkvm-helper-policy.h"
 #include "hpkvm-helper-proto.h"
 #include "hpkvm-lease.h"
+#include "hpkvm-state-dir.h"
 #include "net/hpnet/hpnet-probe.h"
+
+#define CPU_ONLINE "/sys/devices/system/cpu/online"
 
 typedef enum Verdict { OK, INFO, WARN, FAIL } Verdict;
 static const char *const verdict_names[] = { "ok", "info", "warn", "fail" };
@@ -143,6 +150,45 @@ static void check_iommu(Ctx *c)
     }
 }
 
+/* The cores QEMU would lease: online, and not every one of them. */
+static void check_host_cpus(Ctx *c)
+{
+    HpkvmCpuSet online, missing, left;
+    g_autofree char *fix = NULL, *miss_s = NULL, *online_s = NULL;
+    g_autofree char *cores_s = NULL, *left_s = NULL;
+
+    if (!c->have_cores) {
+        return;
+    }
+    if (!hpkvm_host_read_cpus(&c->host, CPU_ONLINE, &online, NULL)) {
+        add(c, "host-cpus", WARN, NULL, "cannot read %s: the cores are "
+            "not checked", CPU_ONLINE);
+        return;
+    }
+    online_s = hpkvm_cpuset_format(&online);
+    hpkvm_cpuset_andnot(&missing, &c->cores, &online);
+    if (!hpkvm_cpuset_empty(&missing)) {
+        miss_s = hpkvm_cpuset_format(&missing);
+        fix = g_strdup_printf("name online cores (online: %s) in "
+                              "host-cpus=, or bring them online (echo 1 > "
+                              "/sys/devices/system/cpu/cpuN/online)",
+                              online_s);
+        add(c, "host-cpus", FAIL, fix, "cores %s are not online", miss_s);
+        return;
+    }
+    hpkvm_cpuset_andnot(&left, &online, &c->cores);
+    if (hpkvm_cpuset_empty(&left)) {
+        add(c, "host-cpus", FAIL, "leave at least one online core to the "
+            "host: QEMU's other threads and the host's housekeeping run "
+            "there", "host-cpus= names every online core (%s)", online_s);
+        return;
+    }
+    cores_s = hpkvm_cpuset_format(&c->cores);
+    left_s = hpkvm_cpuset_format(&left);
+    add(c, "host-cpus", OK, NULL, "cores %s are online; %s stay the host's",
+        cores_s, left_s);
+}
+
 static void cpus_file(Ctx *c, const char *name, HpkvmCpuSet *set)
 {
     g_autofree char *path = g_strdup_printf("/sys/devices/system/cpu/%s",
@@ -194,6 +240,15 @@ static void check_nic_irqs(Ctx *c)
         g_autofree char *dir = g_strdup_printf("/sys/class/net/%s/device/"
                                                "msi_irqs", nics[i]);
         g_auto(GStrv) irqs = hpkvm_host_list(&c->host, dir);
+
+        if (!irqs || !irqs[0]) {
+            /* A virtio NIC's device is virtioN; its PCI parent has them. */
+            g_free(dir);
+            g_strfreev(irqs);
+            dir = g_strdup_printf("/sys/class/net/%s/device/../msi_irqs",
+                                  nics[i]);
+            irqs = hpkvm_host_list(&c->host, dir);
+        }
 
         for (j = 0; irqs && irqs[j] && c->have_cores; j++) {
             g_autofree char *path = g_strdup_printf(
@@ -456,8 +511,10 @@ static void check_leftovers(Ctx *c)
                                            NULL);
     g_autofree char *mounts = read_trimmed(c, "/proc/mounts");
     g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    g_autofree char *leases = g_strconcat(c->state_dir, "/leases", NULL);
     g_autofree char *dir = hpkvm_host_path(&c->host, c->state_dir);
     Error *err = NULL;
+    bool trusted;
     struct stat st;
 
     if (mounts && (strstr(mounts, "cpuset") || strstr(mounts, "cgroup2"))) {
@@ -481,7 +538,21 @@ static void check_leftovers(Ctx *c)
             (unsigned)st.st_uid);
         return;
     }
-    if (!hpkvm_leases_scan(&c->host, c->state_dir, map, &err)) {
+    /*
+     * Looking changes nothing: without a leases directory there is no
+     * lease, and only the state directory itself is checked.
+     */
+    if (hpkvm_host_exists(&c->host, leases)) {
+        trusted = hpkvm_leases_scan(&c->host, c->state_dir, map, &err);
+    } else {
+        int fd = hpkvm_state_dir_open(&c->host, c->state_dir, NULL, &err);
+
+        trusted = fd >= 0;
+        if (trusted) {
+            close(fd);
+        }
+    }
+    if (!trusted) {
         add(c, "host-changes", WARN, "let hpkvm recreate it: remove it "
             "while no hpkvm VM runs", "the state directory is not "
             "trusted: %s", error_get_pretty(err));
@@ -516,25 +587,30 @@ static void print_human(Ctx *c)
     }
 }
 
+/* QEMU's JSON writer: paths and names in any bytes make valid JSON. */
 static void print_json(Ctx *c, bool ready)
 {
+    g_autoptr(QDict) out = qdict_new();
+    g_autoptr(GString) json = NULL;
+    QList *checks = qlist_new();
     int i;
 
-    printf("{\"ready\": %s, \"checks\": [", ready ? "true" : "false");
     for (i = 0; i < c->checks->len; i++) {
         Check *k = g_ptr_array_index(c->checks, i);
-        g_autofree char *msg = g_strescape(k->message, NULL);
-        g_autofree char *fix = k->fix ? g_strescape(k->fix, NULL) : NULL;
+        QDict *check = qdict_new();
 
-        printf("%s\n {\"id\": \"%s\", \"verdict\": \"%s\", \"message\": "
-               "\"%s\"", i ? "," : "", k->id, verdict_names[k->verdict],
-               msg);
-        if (fix) {
-            printf(", \"fix\": \"%s\"", fix);
+        qdict_put_str(check, "id", k->id);
+        qdict_put_str(check, "verdict", verdict_names[k->verdict]);
+        qdict_put_str(check, "message", k->message);
+        if (k->fix) {
+            qdict_put_str(check, "fix", k->fix);
         }
-        printf("}");
+        qlist_append(checks, check);
     }
-    printf("]}\n");
+    qdict_put_bool(out, "ready", ready);
+    qdict_put(out, "checks", checks);
+    json = qobject_to_json_pretty(QOBJECT(out), true);
+    printf("%s\n", json->str);
 }
 
 static void usage(const char *name)
@@ -548,45 +624,64 @@ static void usage(const char *name)
 
 int main(int argc, char **argv)
 {
+    enum { OPT_HOST_ROOT = 256, OPT_STATE_DIR, OPT_HOST_CPUS,
+           OPT_VHOST_USER_SOCKET, OPT_JSON };
+    static const struct option options[] = {
+        { "host-root", required_argument, NULL, OPT_HOST_ROOT },
+        { "state-dir", required_argument, NULL, OPT_STATE_DIR },
+        { "host-cpus", required_argument, NULL, OPT_HOST_CPUS },
+        { "vhost-user-socket", required_argument, NULL,
+          OPT_VHOST_USER_SOCKET },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
     Ctx c = { .state_dir = "/run/hpkvm" };
     const char *root = "/";
     bool json = false, ready = true;
-    int i;
+    Error *err = NULL;
+    int i, opt;
 
     error_init(argv[0]);
     c.checks = g_ptr_array_new();
     c.sockets = g_ptr_array_new();
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i];
-
-        if (g_str_has_prefix(a, "--host-root=")) {
-            root = a + strlen("--host-root=");
-        } else if (g_str_has_prefix(a, "--state-dir=")) {
-            c.state_dir = a + strlen("--state-dir=");
-        } else if (g_str_has_prefix(a, "--host-cpus=")) {
-            Error *err = NULL;
-
-            if (!hpkvm_cpuset_parse(a + strlen("--host-cpus="), &c.cores,
-                                    "--host-cpus", &err)) {
+    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_HOST_ROOT:
+            root = optarg;
+            break;
+        case OPT_STATE_DIR:
+            c.state_dir = optarg;
+            break;
+        case OPT_HOST_CPUS:
+            if (!hpkvm_cpuset_parse(optarg, &c.cores, "--host-cpus", &err)) {
                 error_report_err(err);
                 return 2;
             }
             c.have_cores = !hpkvm_cpuset_empty(&c.cores);
-        } else if (g_str_has_prefix(a, "--vhost-user-socket=")) {
-            g_ptr_array_add(c.sockets,
-                            (gpointer)(a + strlen("--vhost-user-socket=")));
-        } else if (!strcmp(a, "--json")) {
+            break;
+        case OPT_VHOST_USER_SOCKET:
+            g_ptr_array_add(c.sockets, optarg);
+            break;
+        case OPT_JSON:
             json = true;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            break;
+        case 'h':
             usage(argv[0]);
             return 0;
-        } else {
-            error_report("unknown option '%s' (see --help)", a);
+        default:
+            /* getopt_long() said which option */
+            error_report("see --help");
             return 2;
         }
     }
+    if (optind < argc) {
+        error_report("unexpected argument '%s' (see --help)", argv[optind]);
+        return 2;
+    }
     hpkvm_host_init(&c.host, root);
 
+    check_host_cpus(&c);
     check_kvm(&c);
     check_iommu(&c);
     check_isolation(&c);

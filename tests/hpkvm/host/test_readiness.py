@@ -35,6 +35,7 @@ def ready_host(root):
     w(root, "/proc/interrupts", " 40: 0 0 IR-PCI-MSI 524288-edge eth1\n")
     w(root, "/proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
     cpu = "/sys/devices/system/cpu"
+    w(root, f"{cpu}/online", "0-3\n")
     w(root, f"{cpu}/isolated", "2-3\n")
     w(root, f"{cpu}/nohz_full", "2-3\n")
     for n in range(4):
@@ -64,7 +65,7 @@ def ready_host(root):
 
 def check(root, *args):
     res = subprocess.run([CHECK, f"--host-root={root}", "--json", *args],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, timeout=30)
     out = json.loads(res.stdout)
     by_id = {}
     for c in out["checks"]:
@@ -89,6 +90,8 @@ def a_ready_host_passes():
         assert by["sriov"][0]["message"].startswith(
             "PF 0000:01:00.0: VF 0000:01:10.0 on vfio-pci"), by["sriov"]
         assert by["clocksource"][0]["verdict"] == "ok", by["clocksource"]
+        assert by["host-cpus"][0]["message"] == \
+            "cores 2-3 are online; 0-1 stay the host's", by["host-cpus"]
         # The kernel's extension needs ioctls: only on the real host.
         assert by["hpkvm-kernel"][0]["verdict"] == "info"
 
@@ -110,6 +113,41 @@ def an_operator_without_root_is_told_to_check_as_root():
         by = {c["id"]: c for c in json.loads(res.stdout)["checks"]}
         assert by["host-changes"]["verdict"] == "info", by["host-changes"]
         assert "as root" in by["host-changes"]["fix"], by["host-changes"]
+
+
+@tests.case
+def looking_changes_nothing_and_any_path_makes_valid_json():
+    """A state directory without leases stays so (the check creates
+    nothing), and a socket path that is not ASCII, or not UTF-8 at all,
+    still gives valid JSON, the path in it."""
+    with tempfile.TemporaryDirectory() as root:
+        sock = ready_host(root)
+        sock.close()
+        state = os.path.join(root, "run/hpkvm")
+        os.makedirs(state, mode=0o700)
+        _, _, by = check(root, "--host-cpus=2-3",
+                         "--vhost-user-socket=/run/v\u00e9",
+                         os.fsencode("--vhost-user-socket=/run/v") + b"\xff")
+        assert os.listdir(state) == [], os.listdir(state)
+        assert by["host-changes"][0]["verdict"] == "ok", by["host-changes"]
+        messages = [c["message"] for c in by["vhost-user"]]
+        assert messages == ["/run/v\u00e9 is not a socket",
+                            "/run/v\ufffd is not a socket"], messages
+
+
+@tests.case
+def cores_that_are_offline_or_all_of_them_are_refused():
+    """What QEMU would refuse, the check fails: a core that is not
+    online, and host-cpus= leaving the host no core."""
+    with tempfile.TemporaryDirectory() as root:
+        ready_host(root).close()
+        rc, ready, by = check(root, "--host-cpus=3-5")
+        assert rc == 1 and not ready, rc
+        expect(by, "host-cpus", "fail", "name online cores (online: 0-3)")
+        assert by["host-cpus"][0]["message"] == "cores 4-5 are not online"
+        rc, ready, by = check(root, "--host-cpus=0-3")
+        assert rc == 1 and not ready, rc
+        expect(by, "host-cpus", "fail", "leave at least one online core")
 
 
 def expect(by, cid, verdict, fix_part):
@@ -139,6 +177,12 @@ def each_problem_is_found_with_its_fix():
                       "scaling_governor", "powersave\n")
         hostlib.write(root, "/sys/devices/system/clocksource/clocksource0/"
                       "current_clocksource", "hpet\n")
+        # A virtio NIC: its IRQs are its PCI parent's, on the cores.
+        virtio = "/sys/devices/pci0000:00/0000:00:03.0"
+        os.makedirs(r(virtio + "/virtio0"))
+        os.makedirs(r(virtio + "/msi_irqs/41"))
+        link(root, "/sys/class/net/ens3/device", r(virtio + "/virtio0"))
+        hostlib.write(root, "/proc/irq/41/smp_affinity_list", "3\n")
         os.unlink(r("/sys/bus/pci/devices/0000:01:10.0/driver"))
         link(root, "/sys/bus/pci/devices/0000:01:10.0/driver",
              "../../drivers/igbvf")
@@ -156,6 +200,9 @@ def each_problem_is_found_with_its_fix():
         expect(by, "isolated-cores", "warn", "isolcpus=3-4 nohz_full=3-4")
         expect(by, "nic-irq-affinity", "warn",
                "/proc/irq/40/smp_affinity_list")
+        expect(by, "nic-irq-affinity", "warn",
+               "/proc/irq/41/smp_affinity_list")
+        expect(by, "host-cpus", "fail", "name online cores")
         expect(by, "hugepages", "warn", "nr_hugepages")
         expect(by, "cpufreq-governor", "warn",
                "echo performance > /sys/devices/system/cpu/cpu3/cpufreq")
