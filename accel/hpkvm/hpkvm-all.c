@@ -148,7 +148,7 @@ static int hpkvm_init_machine(MachineState *ms)
      * First: whatever fails below, QEMU goes on with the next -accel
      * entry, and hpkvm_arch_kvm_failed() puts back what this changed.
      */
-    hpkvm_arch_init_machine(s);
+    hpkvm_arch_init_machine(s, device);
     ret = hpkvm_check_device(device);
     if (ret < 0) {
         goto fail;

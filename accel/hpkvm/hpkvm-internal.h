@@ -126,10 +126,19 @@ void hpkvm_migration_init(HPKVMState *s);
 void hpkvm_migration_undo(HPKVMState *s);
 
 /*
- * Per target: called before and after KVM's machine initialisation, and
- * instead of the latter if it, or hpkvm's own checks, failed.
+ * hpkvm-negotiate.c: does the VM get cores of its own?  Only with
+ * host-cpus= and exclusive-cores not off.  What keeps a guest on its
+ * cores (no HLT exits, the dedicated hint, the kernel's binding) is for
+ * such VMs only.
  */
-void hpkvm_arch_init_machine(HPKVMState *s);
+bool hpkvm_wants_own_cores(HPKVMState *s);
+
+/*
+ * Per target: called before and after KVM's machine initialisation, and
+ * instead of the latter if it, or hpkvm's own checks, failed.  @device is
+ * the KVM device KVM will open.
+ */
+void hpkvm_arch_init_machine(HPKVMState *s, const char *device);
 void hpkvm_arch_kvm_ready(HPKVMState *s);
 void hpkvm_arch_kvm_failed(HPKVMState *s);
 

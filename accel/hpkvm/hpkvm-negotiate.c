@@ -100,6 +100,17 @@ static HpkvmMechanism fallback(HPKVMState *s, int f, const char **text)
 }
 
 /*
+ * Without host-cpus= the vCPUs share the host's cores: there is no core
+ * to bind them to, a guest idling in HLT without exits would keep a core
+ * busy that others need, and the dedicated hint would be untrue.
+ */
+bool hpkvm_wants_own_cores(HPKVMState *s)
+{
+    return s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].requested !=
+           ON_OFF_AUTO_OFF && s->host_cpus_opt;
+}
+
+/*
  * Why the guest as configured cannot have feature f, with the fix; NULL
  * if it can.  The result is static or must be freed: it is returned
  * through *owned when allocated.
@@ -118,6 +129,10 @@ static const char *unmet_requirement(HPKVMState *s, int f,
                "(on or split both work)";
     }
     switch (f) {
+    case HPKVM_FEATURE_EXCLUSIVE_CORES:
+        return hpkvm_wants_own_cores(s) ? NULL :
+               "needs cores of its own: give host-cpus= (on shared cores "
+               "HLT keeps exiting)";
     case HPKVM_FEATURE_TIMER_PASSTHROUGH:
         if (!g->tsc_deadline) {
             return "needs the TSC-deadline timer in the guest: add "
@@ -144,9 +159,9 @@ static const char *unmet_requirement(HPKVMState *s, int f,
                ON_OFF_AUTO_OFF ? "needs irq-passthrough: set it to on or "
                                  "auto" : NULL;
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
-        return s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].requested ==
-               ON_OFF_AUTO_OFF ? "needs exclusive-cores: set it to on or "
-                                 "auto" : NULL;
+        return hpkvm_wants_own_cores(s) ? NULL :
+               "needs exclusive-cores, on cores of its own: give "
+               "host-cpus= (and exclusive-cores auto or on)";
     default:
         return NULL;
     }
@@ -193,7 +208,7 @@ static void tune_halt_poll(HPKVMState *s)
     KVMState *k = KVM_STATE(s);
     int ret;
 
-    if (s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].requested == ON_OFF_AUTO_OFF ||
+    if (!hpkvm_wants_own_cores(s) ||
         (s->disabled_exits & KVM_X86_DISABLE_EXITS_HLT) ||
         !kvm_check_extension(k, KVM_CAP_HALT_POLL)) {
         return;

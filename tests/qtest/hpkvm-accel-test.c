@@ -93,7 +93,11 @@ static GuestRun *run_guest(const char *args)
     gint64 deadline;
     QTestState *qts;
 
-    qts = qtest_initf("-S -machine pc -smp 2 %s -kernel %s"
+    /*
+     * -nodefaults: no NIC, so no iPXE option ROM, which the guest never
+     * uses and which now and then loops under a nested KVM on TCG.
+     */
+    qts = qtest_initf("-S -machine pc -smp 2 -nodefaults %s -kernel %s"
                       " -device isa-debug-exit,iobase=0xf4,iosize=0x04"
                       " -serial file:%s", args, guest_path(), serial);
     run->kvm_enabled = query_enabled(qts, "query-kvm");

@@ -2,7 +2,9 @@
  * qtests of hpkvm's feature negotiation
  *
  * On this host's own KVM (unpatched): query-hpkvm reports what the kernel
- * answered and the fallbacks, with reasons; "on" features fail clearly;
+ * answered and the fallbacks, with reasons, on shared cores and on cores
+ * of the VM's own (host-cpus=, leased through qemu-hpkvm-helper, which
+ * the nested test host runs); "on" features fail clearly;
  * bad property values and impossible combinations are refused with the
  * fix.  With the stand-in for the patched kernel (hpkvm-fake-kernel,
  * LD_PRELOADed; a test double, see its source): features granted,
@@ -15,6 +17,7 @@
  */
 
 #include "qemu/osdep.h"
+#include <cpuid.h>
 #include <sys/ioctl.h>
 #include "libqtest.h"
 #include "qobject/qdict.h"
@@ -24,6 +27,9 @@
 
 #define FAKE_KERNEL "tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so"
 #define CPU "-cpu host,-arch-capabilities"
+#define HELPER_SOCKET "/run/qemu-hpkvm-helper.sock"
+/* Cores 2-3 of the VM's own; the host's tasks and IRQs left as they are. */
+#define OWN_CORES "host-cpus=2-3,housekeeping-cpus=0-1,dynamic-isolation=off"
 
 static const char *const features[] = {
     "exclusive-cores", "irq-passthrough", "timer-passthrough",
@@ -34,6 +40,36 @@ static bool skip_without_kvm(void)
 {
     if (access("/dev/kvm", R_OK | W_OK) != 0) {
         g_test_skip("/dev/kvm is missing or not read-write here");
+        return true;
+    }
+    return false;
+}
+
+#define TIMER_PASSTHROUGH (1u << 2)     /* features[2] */
+
+/*
+ * The features a guest here can have, for the fake kernel to grant:
+ * timer-passthrough needs invtsc, which the host CPU must have (TCG's,
+ * under the nested test host, does not).
+ */
+static unsigned grantable(void)
+{
+    unsigned a, b, c, d;
+    bool invtsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
+
+    return invtsc ? 0x3f : 0x3f & ~TIMER_PASSTHROUGH;
+}
+
+/* OWN_CORES needs a helper to lease them from, and four cores. */
+static bool skip_without_own_cores(void)
+{
+    if (skip_without_kvm()) {
+        return true;
+    }
+    if (access(HELPER_SOCKET, F_OK) != 0 ||
+        sysconf(_SC_NPROCESSORS_ONLN) < 4) {
+        g_test_skip("host-cpus=2-3 needs qemu-hpkvm-helper on "
+                    HELPER_SOCKET " and four online cores");
         return true;
     }
     return false;
@@ -158,7 +194,6 @@ static int host_disable_exits(void)
 static void test_unpatched_kernel_report(void)
 {
     g_autoptr(QDict) info = NULL;
-    int exits;
     size_t i;
 
     if (skip_without_kvm()) {
@@ -166,7 +201,6 @@ static void test_unpatched_kernel_report(void)
     }
     use_fake_kernel(NULL, NULL);
     info = query_hpkvm("-accel hpkvm " CPU);
-    exits = host_disable_exits();
     g_assert(qdict_get_bool(info, "enabled"));
     g_assert(qdict_get_bool(info, "negotiated"));
     g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 0);
@@ -178,6 +212,28 @@ static void test_unpatched_kernel_report(void)
     /* Without invtsc=on the guest cannot have timer passthrough. */
     assert_feature(info, "timer-passthrough", false, "none",
                    "add invtsc=on to -cpu");
+    /* Shared cores: KVM's defaults, and why. */
+    g_assert(!has_exit(info, "hlt") && !has_exit(info, "pause") &&
+             !has_exit(info, "mwait"));
+    g_assert(!qdict_get_bool(info, "realtime-hint"));
+    assert_feature(info, "exclusive-cores", false, "none",
+                   "needs cores of its own: give host-cpus=");
+    assert_feature(info, "dynamic-nohz", false, "none",
+                   "needs exclusive-cores, on cores of its own");
+}
+
+/* On cores of its own, the upstream means, as far as KVM has them. */
+static void test_unpatched_own_cores(void)
+{
+    g_autoptr(QDict) info = NULL;
+    int exits;
+
+    if (skip_without_own_cores()) {
+        return;
+    }
+    use_fake_kernel(NULL, NULL);
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
+    exits = host_disable_exits();
     /* What KVM answered, nothing more. */
     g_assert_cmpint(has_exit(info, "hlt"), ==,
                     !!(exits & KVM_X86_DISABLE_EXITS_HLT));
@@ -185,8 +241,8 @@ static void test_unpatched_kernel_report(void)
                     !!(exits & KVM_X86_DISABLE_EXITS_PAUSE));
     g_assert_cmpint(has_exit(info, "mwait"), ==,
                     !!(exits & KVM_X86_DISABLE_EXITS_MWAIT));
-    assert_feature(info, "exclusive-cores", false,
-                   exits ? "upstream" : "none", "KVM_CAP_HPKVM is 0");
+    assert_feature(info, "exclusive-cores", false, "upstream",
+                   "KVM_CAP_HPKVM is 0");
     g_assert(qdict_get_bool(info, "realtime-hint"));
 }
 
@@ -234,7 +290,7 @@ static void test_halt_poll_where_hlt_exits(void)
     int fd;
     bool has_halt_poll;
 
-    if (skip_without_kvm()) {
+    if (skip_without_own_cores()) {
         return;
     }
     fd = open("/dev/kvm", O_RDWR);
@@ -242,7 +298,7 @@ static void test_halt_poll_where_hlt_exits(void)
     close(fd);
     /* A KVM that cannot disable any exit. */
     use_fake_kernel("supported=0,disable_exits=0", log);
-    info = query_hpkvm("-accel hpkvm " CPU);
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
     use_fake_kernel(NULL, NULL);
     g_assert(!has_exit(info, "hlt"));
     g_assert_cmpint(qdict_haskey(info, "halt-poll-ns"), ==, has_halt_poll);
@@ -272,7 +328,8 @@ static void test_info_hpkvm(void)
     g_assert(g_regex_match_simple("^irq-passthrough +auto +no +none +the "
                                   "kernel has no hpkvm extension", out,
                                   G_REGEX_MULTILINE, 0));
-    g_assert(strstr(out, "realtime hint: yes"));
+    /* Shared cores: the guest is not told they are its own. */
+    g_assert(strstr(out, "realtime hint: no"));
     g_assert(strstr(out, "VFIO MSI programmings: 0 direct, 0 left to KVM"));
 }
 
@@ -293,7 +350,7 @@ static void test_bad_values(void)
 
 static void test_impossible_combinations(void)
 {
-    g_autofree char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+    g_autofree char *e1 = NULL, *e2 = NULL, *e3 = NULL, *e4 = NULL;
 
     if (skip_without_kvm()) {
         return;
@@ -310,6 +367,11 @@ static void test_impossible_combinations(void)
     g_assert_cmpint(run_qemu("-accel hpkvm,vfio-irte=on,irq-passthrough=off "
                              CPU, &e3), ==, 1);
     g_assert(strstr(e3, "vfio-irte=on needs irq-passthrough"));
+    /* No cores to bind without host-cpus=: "on" cannot be honoured. */
+    g_assert_cmpint(run_qemu("-accel hpkvm,exclusive-cores=on " CPU, &e4),
+                    ==, 1);
+    g_assert(strstr(e4, "exclusive-cores=on needs cores of its own: give "
+                    "host-cpus="));
 }
 
 static void test_fake_grants_all(void)
@@ -317,23 +379,30 @@ static void test_fake_grants_all(void)
     g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
                                            g_get_tmp_dir(), getpid());
     g_autoptr(QDict) info = NULL;
-    g_autofree char *text = NULL;
+    g_autofree char *text = NULL, *enable = NULL;
+    unsigned want = grantable();
     size_t i;
 
-    if (skip_without_kvm()) {
+    if (skip_without_own_cores()) {
         return;
     }
     use_fake_kernel("supported=0x3f", log);
-    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
     use_fake_kernel(NULL, NULL);
     text = read_log(log);
     g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 1);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
-        assert_feature(info, features[i], true, "patched-kernel",
-                       "granted by the kernel");
+        if (want & (1u << i)) {
+            assert_feature(info, features[i], true, "patched-kernel",
+                           "granted by the kernel");
+        } else {
+            assert_feature(info, features[i], false, "none",
+                           "needs an invariant TSC");
+        }
     }
-    g_assert(strstr(text, "HPKVM_ENABLE requested=0x3f required=0x0 "
-                    "nr_vcpus=2 granted=0x3f"));
+    enable = g_strdup_printf("HPKVM_ENABLE requested=0x%x required=0x0 "
+                             "nr_vcpus=2 granted=0x%x", want, want);
+    g_assert(strstr(text, enable));
     g_assert(!strstr(text, "HPKVM_DISABLE"));
     unlink(log);
 }
@@ -344,26 +413,32 @@ static void test_fake_refuses_under_auto(void)
                                            g_get_tmp_dir(), getpid());
     size_t i, j;
 
-    if (skip_without_kvm()) {
+    if (skip_without_own_cores()) {
         return;
     }
     /* Each feature in turn refused (EBUSY), the others granted. */
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
-                                                0x3f & ~(1u << i));
+                                                grantable() & ~(1u << i));
         g_autoptr(QDict) info = NULL;
 
+        if (!(grantable() & (1u << i))) {
+            continue;
+        }
         use_fake_kernel(spec, log);
-        info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+        info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
         use_fake_kernel(NULL, NULL);
         g_free(read_log(log));
         for (j = 0; j < ARRAY_SIZE(features); j++) {
             if (j == i) {
+                /* QEMU binds the vCPU threads itself then. */
                 assert_feature(info, features[j], false,
-                               j == 0 && host_disable_exits() ?
-                               "upstream" : "none",
+                               j == 0 ? "upstream" : "none",
                                "refused by the kernel (a host core is not "
                                "exclusively this VM's)");
+            } else if (!(grantable() & (1u << j))) {
+                assert_feature(info, features[j], false, "none",
+                               "not requested");
             } else {
                 assert_feature(info, features[j], true, "patched-kernel",
                                "granted");
@@ -379,14 +454,14 @@ static void test_fake_refuses_under_on(void)
                                            g_get_tmp_dir(), getpid());
     size_t i;
 
-    if (skip_without_kvm()) {
+    if (skip_without_own_cores()) {
         return;
     }
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
-                                                0x3f & ~(1u << i));
-        g_autofree char *args = g_strdup_printf("-accel hpkvm,%s=on " CPU,
-                                                features[i]);
+                                                grantable() & ~(1u << i));
+        g_autofree char *args = g_strdup_printf("-accel hpkvm,%s,%s=on " CPU,
+                                                OWN_CORES, features[i]);
         g_autofree char *required = g_strdup_printf("required=0x%x -> EPERM",
                                                     1u << i);
         g_autofree char *msg = g_strdup_printf(
@@ -394,6 +469,9 @@ static void test_fake_refuses_under_on(void)
             "exclusively this VM's", features[i]);
         g_autofree char *err = NULL, *text = NULL;
 
+        if (!(grantable() & (1u << i))) {
+            continue;
+        }
         use_fake_kernel(spec, log);
         g_assert_cmpint(run_qemu(args, &err), ==, 1);
         use_fake_kernel(NULL, NULL);
@@ -410,24 +488,26 @@ static void test_fake_fails_part_way(void)
     g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
                                            g_get_tmp_dir(), getpid());
     g_autofree char *err = NULL, *text = NULL, *text2 = NULL;
+    g_autofree char *undo = g_strdup_printf("HPKVM_DISABLE (granted was 0x%x)",
+                                            grantable());
     g_autoptr(QDict) info = NULL;
 
-    if (skip_without_kvm()) {
+    if (skip_without_own_cores()) {
         return;
     }
     /* auto: QEMU undoes the half-applied grants and falls back. */
     use_fake_kernel("enable=5", log);
-    info = query_hpkvm("-accel hpkvm " CPU ",invtsc=on");
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
     text = read_log(log);
     g_assert(strstr(text, "fails part way"));
-    g_assert(strstr(text, "HPKVM_DISABLE (granted was 0x3f)"));
+    g_assert(strstr(text, undo));
     assert_feature(info, "irq-passthrough", false, "none",
                    "HPKVM_ENABLE failed: Input/output error");
 
     /* on: the same undo, then QEMU stops with the reason. */
     use_fake_kernel("enable=5", log);
-    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on " CPU, &err),
-                    ==, 1);
+    g_assert_cmpint(run_qemu("-accel hpkvm," OWN_CORES ",irq-passthrough=on "
+                             CPU, &err), ==, 1);
     use_fake_kernel(NULL, NULL);
     text2 = read_log(log);
     g_assert(strstr(text2, "HPKVM_DISABLE"));
@@ -441,6 +521,8 @@ int main(int argc, char **argv)
 
     qtest_add_func("/hpkvm/negotiate/unpatched-report",
                    test_unpatched_kernel_report);
+    qtest_add_func("/hpkvm/negotiate/unpatched-own-cores",
+                   test_unpatched_own_cores);
     qtest_add_func("/hpkvm/negotiate/exclusive-cores-off",
                    test_exclusive_cores_off);
     qtest_add_func("/hpkvm/negotiate/on-needs-patched-kernel",

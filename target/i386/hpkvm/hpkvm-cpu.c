@@ -17,6 +17,7 @@
  */
 
 #include "qemu/osdep.h"
+#include <sys/ioctl.h>
 #include "qemu/module.h"
 #include "qom/object_interfaces.h"
 #include "hw/boards.h"
@@ -28,21 +29,34 @@
 
 static bool (*kvm_cpu_target_realize)(CPUState *cpu, Error **errp);
 
-static bool feature_wanted(HPKVMState *s, HpkvmFeature f)
-{
-    return s->feat[f].requested != ON_OFF_AUTO_OFF;
-}
-
 static void set_cpu_default(const char *prop, const char *value)
 {
     /* Registered before -cpu is parsed: the user's -cpu settings win. */
     object_register_sugar_prop(TYPE_X86_CPU, prop, value, false);
 }
 
-void hpkvm_arch_init_machine(HPKVMState *s)
+/*
+ * Can KVM keep HLT in the guest?  Asked of the device before KVM is up:
+ * with cpu-pm on, KVM's own initialisation fails on a kernel without
+ * KVM_CAP_X86_DISABLE_EXITS, where hpkvm must fall back instead.
+ */
+static bool hpkvm_x86_can_disable_hlt_exits(const char *device)
+{
+    int fd = qemu_open_old(device, O_RDWR | O_CLOEXEC);
+    int exits;
+
+    if (fd < 0) {
+        return false;
+    }
+    exits = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_X86_DISABLE_EXITS);
+    close(fd);
+    return exits > 0 && (exits & KVM_X86_DISABLE_EXITS_HLT);
+}
+
+void hpkvm_arch_init_machine(HPKVMState *s, const char *device)
 {
     s->cpu_pm_before = enable_cpu_pm;
-    if (feature_wanted(s, HPKVM_FEATURE_EXCLUSIVE_CORES)) {
+    if (hpkvm_wants_own_cores(s) && hpkvm_x86_can_disable_hlt_exits(device)) {
         /*
          * The guest owns its cores: let it idle and spin there without
          * exits, as -overcommit cpu-pm=on does (KVM_CAP_X86_DISABLE_EXITS,
@@ -59,7 +73,7 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
      * The CPU defaults only once KVM is up: with the next -accel entry
      * (TCG) they would ask for what it does not have.
      */
-    if (feature_wanted(s, HPKVM_FEATURE_EXCLUSIVE_CORES)) {
+    if (hpkvm_wants_own_cores(s)) {
         /* Tell the guest its vCPUs are dedicated. */
         set_cpu_default("kvm-hint-dedicated", "on");
     }

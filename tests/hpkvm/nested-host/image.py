@@ -221,8 +221,10 @@ def hpkvm_inputs(build):
     files = [("hpkvm/bin/qemu-system-x86_64", qemu)]
     # The helper's libraries are QEMU's today (glib); both, in case.  A
     # binary not built yet is said missing by build_hpkvm().
+    qtests = [os.path.join(build, "tests/qtest", name)
+              for name in ("hpkvm-accel-test", "hpkvm-negotiate-test")]
     libs = []
-    for binary in (qemu, helper):
+    for binary in (qemu, helper, *qtests):
         if os.path.exists(binary):
             libs += [lib for lib in _ldd(binary) if lib not in libs]
     for lib in libs:
@@ -256,6 +258,10 @@ def hpkvm_inputs(build):
                   os.path.join(build, "accel/hpkvm/qemu-hpkvm-recover")))
     # The one owner of host changes, started by /init (see helper.sh).
     files.append(("hpkvm/bin/qemu-hpkvm-helper", helper))
+    # The accelerator's qtests, which need a real KVM (see
+    # test_nested_host.the_accelerators_qtests_pass_on_debians_kvm).
+    for qtest in qtests:
+        files.append((f"hpkvm/bin/{os.path.basename(qtest)}", qtest))
     # The test double of the patched kernel, for tests that LD_PRELOAD it.
     files.append(("hpkvm/lib/libhpkvm-fake-kernel.so",
                   os.path.join(build, "tests/hpkvm/fake-kernel",
