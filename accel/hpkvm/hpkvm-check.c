@@ -365,6 +365,45 @@ static void check_clocksource(Ctx *c)
     }
 }
 
+/*
+ * Does a socket listen on @path, as /proc/net/unix of this network
+ * namespace lists it ("Num RefCount Protocol Flags Type St Inode Path";
+ * __SO_ACCEPTCON in Flags)?  Looking, unlike connecting, cannot take the
+ * one session of a peer that serves only one.
+ */
+static bool unix_listener(Ctx *c, const char *path)
+{
+    g_autofree char *table = NULL;
+    g_auto(GStrv) lines = NULL;
+    int i;
+
+    if (hpkvm_host_read(&c->host, "/proc/net/unix", &table) < 0) {
+        return false;
+    }
+    lines = g_strsplit(table, "\n", -1);
+    for (i = 1; lines[i]; i++) {
+        g_auto(GStrv) f = g_strsplit_set(lines[i], " ", -1);
+        const char *flags_field = NULL, *name = NULL;
+        unsigned long flags;
+        int n = 0, j;
+
+        /* Fields 3 and 7; split_set() leaves "" between blanks. */
+        for (j = 0; f[j]; j++) {
+            if (*f[j]) {
+                flags_field = n == 3 ? f[j] : flags_field;
+                name = n == 7 ? f[j] : name;
+                n++;
+            }
+        }
+        if (name && !strcmp(name, path) &&
+            !qemu_strtoul(flags_field, NULL, 16, &flags) &&
+            (flags & 0x10000)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void check_vhost(Ctx *c)
 {
     int i;
@@ -381,8 +420,15 @@ static void check_vhost(Ctx *c)
         g_autofree char *path = hpkvm_host_path(&c->host, sock);
         struct stat st;
 
-        if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-            add(c, "vhost-user", OK, NULL, "%s is a socket", sock);
+        if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+            unix_listener(c, sock)) {
+            add(c, "vhost-user", OK, NULL, "a peer listens on %s", sock);
+        } else if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+            add(c, "vhost-user", WARN, "start the vhost-user peer (a "
+                "peer that exited leaves its socket file behind)", "%s is "
+                "a socket, but nothing in this network namespace listens "
+                "on it (a peer in another one is not seen from here)",
+                sock);
         } else {
             add(c, "vhost-user", FAIL, "start the vhost-user peer (OVS-DPDK, "
                 "testpmd) on that socket first", "%s is not a socket", sock);

@@ -60,6 +60,11 @@ def ready_host(root):
     os.makedirs(os.path.join(root, "run"))
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(os.path.join(root, "run/vs0"))
+    sock.listen()
+    # What /proc/net/unix shows for a listening socket (__SO_ACCEPTCON).
+    w(root, "/proc/net/unix", "Num       RefCount Protocol Flags    Type "
+      "St Inode Path\n0000000000000000: 00000002 00000000 00010000 0001 "
+      "01 31337 /run/vs0\n")
     return sock
 
 
@@ -92,6 +97,8 @@ def a_ready_host_passes():
         assert by["clocksource"][0]["verdict"] == "ok", by["clocksource"]
         assert by["host-cpus"][0]["message"] == \
             "cores 2-3 are online; 0-1 stay the host's", by["host-cpus"]
+        assert by["vhost-user"][0]["message"] == \
+            "a peer listens on /run/vs0", by["vhost-user"]
         # The kernel's extension needs ioctls: only on the real host.
         assert by["hpkvm-kernel"][0]["verdict"] == "info"
 
@@ -167,6 +174,10 @@ def each_problem_is_found_with_its_fix():
         os.unlink(r("/dev/kvm"))
         os.unlink(r("/dev/vhost-net"))
         os.unlink(r("/run/vs0"))                # the peer is gone
+        # Another peer exited and left its socket file behind.
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(r("/run/vs1"))
+        stale.close()
         os.rmdir(r("/sys/class/iommu/dmar0"))
         hostlib.write(root, "/proc/interrupts", " 40: 0 0 PCI-MSI eth1\n")
         hostlib.write(root, "/sys/devices/system/cpu/nohz_full", "(null)\n")
@@ -191,10 +202,12 @@ def each_problem_is_found_with_its_fix():
         os.chmod(r("/run/hpkvm"), 0o700)
         hostlib.write(root, "/etc/qemu/hpkvm-helper.conf", "let 3 user 0\n")
         rc, ready, by = check(root, "--host-cpus=3-4",
-                              "--vhost-user-socket=/run/vs0")
+                              "--vhost-user-socket=/run/vs0",
+                              "--vhost-user-socket=/run/vs1")
         assert rc == 1 and not ready, rc
         expect(by, "kvm", "fail", "load kvm_intel or kvm_amd")
         expect(by, "vhost-user", "fail", "start the vhost-user peer")
+        expect(by, "vhost-user", "warn", "leaves its socket file behind")
         expect(by, "iommu", "warn", "intel_iommu=on")
         expect(by, "irq-remapping", "warn", "intremap=on")
         expect(by, "isolated-cores", "warn", "isolcpus=3-4 nohz_full=3-4")
