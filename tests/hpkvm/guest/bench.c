@@ -9,11 +9,14 @@
  * vCPU until its handler), and an idle phase; plus "null", an empty
  * workload whose exits are what the boundaries themselves cost.
  *
- * Each workload is framed by "hpkvm-bench: begin K" and "hpkvm-bench: end
- * K" (K fixed-width, so every frame prints alike), each followed by a
- * spin of bench-sync million cycles without exits, in which the host
- * stops the VM and reads KVM's statistics.  Then one line
- * "hpkvm-bench: result NAME n=N min=C median=C p99=C" in TSC cycles.
+ * Each workload is framed by two boundaries, at which the VM stops itself:
+ * a write to pvpanic (QEMU run with -device pvpanic -action panic=pause)
+ * stops the VM at that write's own exit, the host reads KVM's statistics
+ * and resumes it ("cont").  So a frame holds its workload's exits and
+ * exactly one of its own, the end boundary's I/O exit, besides the kicks
+ * that stopping the VM gives the other vCPUs.  Then one line
+ * "hpkvm-bench: result NAME n=N min=C median=C p99=C" in TSC cycles.  The
+ * idle workload spins bench-idle million cycles (default 1000).
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -29,7 +32,9 @@
 #define MIN(a, b)           ((a) < (b) ? (a) : (b))
 #define MAX(a, b)           ((a) > (b) ? (a) : (b))
 #define BENCH_MAX_SAMPLES   2048
-#define DEFAULT_SYNC_MCYCLES 1000
+#define DEFAULT_IDLE_MCYCLES 1000
+#define PVPANIC_PORT        0x505
+#define PVPANIC_PANICKED    1
 #define SETTLE_CYCLES       20000
 #define BENCH_WAIT_CYCLES   20000000000ull
 #define TIMER_LOST_CYCLES   4000000000ull
@@ -37,7 +42,7 @@
 #define PIT_GATE_MS         50u
 
 static uint64_t samples[BENCH_MAX_SAMPLES];
-static uint64_t sync_cycles;
+static uint64_t idle_cycles;
 static uint32_t timer_early, timer_lost;
 
 /* Written by the IPI handler on whichever vCPU takes it. */
@@ -70,14 +75,10 @@ static void quiet_spin(uint64_t cycles)
     }
 }
 
-static void frame(const char *what, unsigned k)
+/* A frame boundary: the VM stops at this write's exit (see above). */
+static void frame(void)
 {
-    puts_serial("hpkvm-bench: ");
-    puts_serial(what);
-    putu_serial(k / 10);
-    putu_serial(k % 10);
-    puts_serial("\n");
-    quiet_spin(sync_cycles);
+    outb(PVPANIC_PORT, PVPANIC_PANICKED);
 }
 
 static void report(const char *name, uint32_t n)
@@ -202,9 +203,9 @@ static uint64_t ipi_sample(uint32_t dest, uint32_t receivers)
 
 void bench_run(uint32_t ncpus, bool tsc_deadline)
 {
-    uint32_t n = option("bench"), i, k = 0, h, m;
+    uint32_t n = option("bench"), i, h, m;
     uint32_t ap = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
-    uint64_t mcycles = option("bench-sync") ?: DEFAULT_SYNC_MCYCLES;
+    uint64_t mcycles = option("bench-idle") ?: DEFAULT_IDLE_MCYCLES;
     const char *source;
     uint64_t khz, t0, t1;
     uint32_t a, b, c, d;
@@ -212,7 +213,11 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
     if (n > BENCH_MAX_SAMPLES) {
         n = BENCH_MAX_SAMPLES;
     }
-    sync_cycles = mcycles * 1000000;
+    idle_cycles = mcycles * 1000000;
+    /* No device answers 0xff: without pvpanic no frame would stop. */
+    if (inb(PVPANIC_PORT) == 0xff) {
+        fail("bench= needs -device pvpanic -action panic=pause");
+    }
     set_gate(VEC_BENCH, bench_handler);
     khz = tsc_khz(&source);
     puts_serial("hpkvm-bench: tsc-khz=");
@@ -225,30 +230,30 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
     putu_serial(n);
     puts_serial("\n");
 
-    frame("begin ", k);
-    frame("end ", k++);
+    frame();
+    frame();
     report("null", 0);
 
     /* APs halted, the BSP spinning: what exits an idle guest takes. */
-    frame("begin ", k);
+    frame();
     t0 = rdtsc();
-    quiet_spin(sync_cycles);
+    quiet_spin(idle_cycles);
     samples[0] = rdtsc() - t0;
-    frame("end ", k++);
+    frame();
     report("idle", 1);
 
-    frame("begin ", k);
+    frame();
     for (i = 0; i < n; i++) {
         t0 = rdtsc();
         cpuid(0, &a, &b, &c, &d);
         samples[i] = rdtsc() - t0;
     }
-    frame("end ", k++);
+    frame();
     report("cpuid", n);
 
     if (tsc_deadline) {
         lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
-        frame("begin ", k);
+        frame();
         for (i = 0; i < n; i++) {
             /* Far in the future, each replacing the last: no interrupt. */
             t0 = rdtsc();
@@ -256,7 +261,7 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
             t1 = rdtsc();
             samples[i] = t1 - t0;
         }
-        frame("end ", k++);
+        frame();
         wrmsr(MSR_TSC_DEADLINE, 0);
         report("tsc-deadline-write", n);
     }
@@ -265,7 +270,7 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
      * An eighth of the samples: one timer interrupt can take up to a
      * second on a nested paravirtual KVM.
      */
-    frame("begin ", k);
+    frame();
     for (i = 0, m = 0; i < MAX(n / 8, MIN(n, 8)); i++) {
         if (!tsc_deadline) {
             samples[m++] = fire_timer(false);
@@ -273,7 +278,7 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
             m++;
         }
     }
-    frame("end ", k++);
+    frame();
     report(tsc_deadline ? "timer" : "timer-oneshot", m);
     if (timer_lost) {
         puts_serial("hpkvm-bench: note timer interrupts lost (not in the "
@@ -292,25 +297,25 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
         return;
     }
     set_ap_spin(1, ncpus);
-    frame("begin ", k);
+    frame();
     for (i = 0; i < n; i++) {
         samples[i] = ipi_sample(ap, 1);
         quiet_spin(SETTLE_CYCLES);
     }
-    frame("end ", k++);
+    frame();
     report("ipi-unicast", n);
 
-    frame("begin ", k);
+    frame();
     for (i = 0; i < n; i++) {
         samples[i] = ipi_sample(0, ncpus - 1);
         quiet_spin(SETTLE_CYCLES);
     }
-    frame("end ", k++);
+    frame();
     report("ipi-multicast", n);
     set_ap_spin(0, ncpus);
 
     h = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
-    frame("begin ", k);
+    frame();
     for (i = 0; i < n; i++) {
         /* Let it reach HLT, wake it, wait for it to head back there. */
         quiet_spin(SETTLE_CYCLES);
@@ -320,6 +325,6 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
         }
         h = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
     }
-    frame("end ", k++);
+    frame();
     report("hlt-wake", n);
 }
