@@ -144,6 +144,22 @@ def start_capture(wrap, kind, where):
     return cap
 
 
+def send_frames(vm, settle=0):
+    """Let the paused vnet guest send its frames: hpnet's report before
+    and after (QEMU quits whatever happens, settle seconds after)."""
+    try:
+        vm.connect()
+        (before,) = vm.qmp("query-hpnet")
+        vm.qmp("cont")
+        assert vm.wait_serial(f"vnet: sent {FRAMES} frames"), \
+            vm.serial_text()
+        (after,) = vm.qmp("query-hpnet")
+        time.sleep(settle)
+    finally:
+        vm.quit()
+    return before, after
+
+
 def candidates(info):
     return [(c["backend"], c["available"], c["taken"])
             for c in info["candidates"]]
@@ -203,14 +219,7 @@ def userspace_virtio_net_frames_reach_a_tap_in_a_namespace():
             cap = start_capture(ns.wrap(), "iface", ns.tap)
             vm = Vm(ACCEL, tmp, guest=f"vnet={FRAMES} hold", wrap=ns.wrap(),
                     extra=nic(f"need=compatibility,ifname={ns.tap}"))
-            try:
-                vm.connect()
-                vm.qmp("cont")
-                assert vm.wait_serial(f"vnet: sent {FRAMES} frames"), \
-                    vm.serial_text()
-                (info,) = vm.qmp("query-hpnet")
-            finally:
-                vm.quit()
+            _, info = send_frames(vm)
             out = cap.communicate(timeout=40)[0]
             assert info["backend"] == "virtio-net", info
             assert out.strip() == f"frames {FRAMES}", out
@@ -257,14 +266,7 @@ def a_tap_passed_as_fd_carries_frames():
             vm = Vm(ACCEL, tmp, guest=f"vnet={FRAMES} hold", pass_fds=(fd,),
                     extra=nic(f"need=compatibility,fd={fd}"))
             os.close(fd)
-            try:
-                vm.connect()
-                vm.qmp("cont")
-                assert vm.wait_serial(f"vnet: sent {FRAMES} frames"), \
-                    vm.serial_text()
-                (info,) = vm.qmp("query-hpnet")
-            finally:
-                vm.quit()
+            _, info = send_frames(vm)
             out = cap.communicate(timeout=40)[0]
             assert info["backend"] == "virtio-net", info
             assert info["candidates"][0]["reason"] == "tap fd= given", info
@@ -386,15 +388,7 @@ def vhost_user_to_qemus_vhost_user_bridge_carries_frames():
             vm = Vm(ACCEL, tmp, guest=f"vnet={FRAMES} hold",
                     memory=SHARED, machine="pc,memory-backend=mem",
                     extra=nic(f"need=latency,vhost-user-socket={sock}"))
-            try:
-                vm.connect()
-                (before,) = vm.qmp("query-hpnet")
-                vm.qmp("cont")
-                assert vm.wait_serial(f"vnet: sent {FRAMES} frames"), \
-                    vm.serial_text()
-                (after,) = vm.qmp("query-hpnet")
-            finally:
-                vm.quit()
+            before, after = send_frames(vm)
         finally:
             bridge.terminate()
             bridge.wait(10)
@@ -431,15 +425,7 @@ def vhost_user_to_dpdk_testpmd_carries_frames():
             vm = Vm(ACCEL, tmp, guest=f"vnet={FRAMES} hold",
                     memory=SHARED, machine="pc,memory-backend=mem",
                     extra=nic(f"need=latency,vhost-user-socket={sock}"))
-            try:
-                vm.connect()
-                vm.qmp("cont")
-                assert vm.wait_serial(f"vnet: sent {FRAMES} frames"), \
-                    vm.serial_text()
-                (info,) = vm.qmp("query-hpnet")
-                time.sleep(2)           # a stats period
-            finally:
-                vm.quit()
+            _, info = send_frames(vm, settle=2)     # a stats period
         finally:
             pmd.terminate()
             pmd.wait(10)
