@@ -350,57 +350,19 @@ wait_qemu
     assert "KVM_CAP_HPKVM is 0" in cores["reason"], cores
 
 
-@test
-def our_kvm_shares_a_bound_core_with_a_pinned_host_task_and_frees_it_at_sigkill():
-    """A host task root pins to a core our KVM bound a vCPU to still runs
-    there, and the core's timer still ticks, while the vCPU runs a guest
-    that never halts for long (soak=); after a SIGKILL of that QEMU the
-    cores are free at once: the next VM binds them (exclusive-cores=on)
-    and its guest passes.  The host never locks anyone out of a core."""
-    res = nested(PAYLOAD_LIB + r"""
-mount -t cgroup2 none /sys/fs/cgroup
-loc() { awk '/^ *LOC:/ { print $4 }' /proc/interrupts; }
-# Isolation off: the helper would move the pinned task off the core.
-guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off \
-    -cpu host -append soak=400 || exit 1
-guest_cont
-i=0; until grep -q 'soak: started' /tmp/serial.log 2>/dev/null; do
-    sleep 0.2; i=$((i + 1)); [ $i -gt 300 ] && break
-done
-loc0=$(loc)
-taskset -c 2 sh -c 'n=0; while [ $n -lt 20000 ]; do n=$((n + 1)); done; echo "pinned-done: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"' &
-pinned=$!
-i=0; while [ -e /proc/$pinned ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-echo "pinned-alive: $([ -e /proc/$pinned ] && echo yes || echo no)"
-wait $pinned
-echo "loc: $loc0 $(loc)"
-echo "soak-running: $(kill -0 $qemu_pid 2>/dev/null && echo yes || echo no)"
-kill -9 $qemu_pid
-wait_qemu
-guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
-echo "next: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
-guest_finish
-""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
-    print("#", res.output.replace("\n", "\n# "))
-    assert res.status == 0, res.output
-    assert lines_with(res.output, "pinned-done: ") == \
-        ["Cpus_allowed_list:2"], res.output
-    assert lines_with(res.output, "pinned-alive: ") == ["no"], res.output
-    assert lines_with(res.output, "soak-running: ") == ["yes"], res.output
-    loc0, loc1 = map(int, lines_with(res.output, "loc: ")[0].split())
-    assert loc1 > loc0, "core 2's local timer stopped while bound"
-    nxt = json.loads(lines_with(res.output, "next: ")[0])["return"]
-    cores = feature(nxt, "exclusive-cores")
-    assert cores["granted"], cores
-    assert sorted(p["host-cpu"] for p in nxt["placement"]) == [2, 3], nxt
-    assert lines_with(res.output, "status: ") == ["1"], res.output
-    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[0]
-
-
-# A bound core's CPU: its LOC column in /proc/interrupts, exits of the
-# VM's vCPU 0 (query-stats), and kernel lines that mean a wedged host.
-WEDGE_LIB = r"""
+# A bound core's CPU: its LOC column in /proc/interrupts; a task pinned
+# to it (pinned-done:, pinned-alive:); exits of the VM's vCPU 0
+# (query-stats); kernel lines that mean a wedged host; and the next VM,
+# on the cores the last one had.
+BOUND_CORE_LIB = r"""
 loc_of() { awk -v col=$(($1 + 2)) '/^ *LOC:/ { print $col }' /proc/interrupts; }
+pinned_task() {
+    taskset -c $1 sh -c 'n=0; while [ $n -lt 20000 ]; do n=$((n + 1)); done; echo "pinned-done: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"' &
+    pinned=$!
+    i=0; while [ -e /proc/$pinned ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    echo "pinned-alive: $([ -e /proc/$pinned ] && echo yes || echo no)"
+    wait $pinned
+}
 exits() {
     qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments":
         {"target": "vcpu", "providers": [{"provider": "kvm",
@@ -411,7 +373,61 @@ wedge_log() {
     dmesg | grep -i 'soft lockup\|hard lockup\|rcu.*stall\|hung task\|BUG:\|WARNING:' |
         sed 's/^/dmesg-bad: /'
 }
+next_vm() {
+    guest_qemu -accel $1,exclusive-cores=on -cpu host || exit 1
+    echo "next: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+    guest_finish
+}
 """
+
+
+def assert_core_kept(res, core):
+    """The task pinned to the bound core ran there; its timer ticked."""
+    assert lines_with(res.output, "pinned-done: ") == \
+        [f"Cpus_allowed_list:{core}"], res.output
+    assert lines_with(res.output, "pinned-alive: ") == ["no"], res.output
+    loc0, loc1 = map(int, lines_with(res.output, "loc: ")[0].split())
+    assert loc1 > loc0, f"core {core}'s local timer stopped while bound"
+
+
+def assert_next_vm_binds(res):
+    """next_vm: its cores granted by the kernel again, its guest passed."""
+    nxt = json.loads(lines_with(res.output, "next: ")[0])["return"]
+    assert feature(nxt, "exclusive-cores")["granted"], nxt
+    assert sorted(p["host-cpu"] for p in nxt["placement"]) == [2, 3], nxt
+    assert lines_with(res.output, "status: ") == ["1"], res.output
+    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[-1]
+
+
+@test
+def our_kvm_shares_a_bound_core_with_a_pinned_host_task_and_frees_it_at_sigkill():
+    """A host task root pins to a core our KVM bound a vCPU to still runs
+    there, and the core's timer still ticks, while the vCPU runs a guest
+    that never halts for long (soak=); after a SIGKILL of that QEMU the
+    cores are free at once: the next VM binds them (exclusive-cores=on)
+    and its guest passes.  The host never locks anyone out of a core."""
+    res = nested(PAYLOAD_LIB + BOUND_CORE_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+# Isolation off: the helper would move the pinned task off the core.
+guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off \
+    -cpu host -append soak=400 || exit 1
+guest_cont
+i=0; until grep -q 'soak: started' /tmp/serial.log 2>/dev/null; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 300 ] && break
+done
+loc0=$(loc_of 2)
+pinned_task 2
+echo "loc: $loc0 $(loc_of 2)"
+echo "soak-running: $(kill -0 $qemu_pid 2>/dev/null && echo yes || echo no)"
+kill -9 $qemu_pid
+wait_qemu
+next_vm %(accel)s
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert_core_kept(res, 2)
+    assert lines_with(res.output, "soak-running: ") == ["yes"], res.output
+    assert_next_vm_binds(res)
 
 
 @test
@@ -423,7 +439,7 @@ def our_kvm_keeps_the_host_alive_beside_a_guest_that_never_takes_an_interrupt():
     timer ticks, the vCPU keeps exiting to KVM), QEMU answers and quits,
     the kernel logs no lockup, and the next VM binds the core and passes.
     What irq-passthrough must keep true, checked on what is granted."""
-    res = nested(PAYLOAD_LIB + WEDGE_LIB + r"""
+    res = nested(PAYLOAD_LIB + BOUND_CORE_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 dmesg -c > /dev/null            # only what happens from here on counts
 # Isolation off: the helper would move the pinned task off the core.
@@ -438,11 +454,7 @@ i=0; until grep -q 'interrupts off from now on' /tmp/serial.log 2>/dev/null; do
 done
 echo "serial: $(cat /tmp/serial.log)"
 loc0=$(loc_of $core); exits0=$(exits); t0=$(cut -d. -f1 /proc/uptime)
-taskset -c $core sh -c 'n=0; while [ $n -lt 20000 ]; do n=$((n + 1)); done; echo "pinned-done: $(grep Cpus_allowed_list /proc/self/status | tr -d "\t")"' &
-pinned=$!
-i=0; while [ -e /proc/$pinned ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
-echo "pinned-alive: $([ -e /proc/$pinned ] && echo yes || echo no)"
-wait $pinned
+pinned_task $core
 while [ $(($(cut -d. -f1 /proc/uptime) - t0)) -lt 25 ]; do sleep 1; done
 echo "loc: $loc0 $(loc_of $core)"
 echo "exits: $exits0 $(exits)"
@@ -453,9 +465,7 @@ qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
 echo "quit-status: $?"
 wedge_log
-guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
-echo "next: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
-guest_finish
+next_vm %(accel)s
 """ % {"accel": PLACEMENT_ACCEL}, cpus=4)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
@@ -468,21 +478,14 @@ guest_finish
     m = re.fullmatch(r"hpkvm-guest: wedge: rounds=2000 nmis=(\d+) gps=0, "
                      r"interrupts off from now on", wedged)
     assert m and int(m.group(1)) > 0, wedged
-    assert lines_with(res.output, "pinned-done: ") == \
-        [f"Cpus_allowed_list:{core}"], res.output
-    assert lines_with(res.output, "pinned-alive: ") == ["no"], res.output
-    loc0, loc1 = map(int, lines_with(res.output, "loc: ")[0].split())
-    assert loc1 > loc0, "the bound core's local timer stopped"
+    assert_core_kept(res, core)
     exits0, exits1 = map(int, lines_with(res.output, "exits: ")[0].split())
     assert exits1 > exits0, "KVM lost the core: the vCPU stopped exiting"
     assert lines_with(res.output, "wedged-status: ") == \
         ['"status": "running"'], res.output
     assert lines_with(res.output, "quit-status: ") == ["0"], res.output
     assert not lines_with(res.output, "dmesg-bad: "), res.output
-    nxt = json.loads(lines_with(res.output, "next: ")[0])["return"]
-    assert feature(nxt, "exclusive-cores")["granted"], nxt
-    assert lines_with(res.output, "status: ") == ["1"], res.output
-    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[1]
+    assert_next_vm_binds(res)
 
 
 @test
