@@ -5,6 +5,8 @@
 #   make run    build and boot the built-in guest under -accel hpkvm
 #   make check  build and run hpkvm's unit tests and qtests
 #   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
+#   make install  install QEMU, its firmware, hpkvm's tools and the
+#               helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make kvm    our reference KVM (kvm/) for the nested test host's kernel
 #   make clean  remove build/
 
@@ -42,9 +44,10 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-hpnet-probe \
 	tests/hpkvm/nested-host/qmp-exec \
 	tests/hpkvm/kernel/hpkvm-contract-test \
-	tests/hpkvm/net/hpkvm-vhost-user-bridge
+	tests/hpkvm/net/hpkvm-vhost-user-bridge \
+	trace/trace-events-all
 
-.PHONY: all build configure run check bench kvm clean
+.PHONY: all build configure run check bench install kvm clean
 
 all: build
 
@@ -74,6 +77,13 @@ bench: build
 	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
+
+# QEMU's own install of what "make" builds (meson install: relocatable,
+# so a DESTDIR tree runs where it lies); the trace events file QEMU
+# installs is its only input "make" does not build.
+install: build
+	ninja -C $(BUILD) trace/trace-events-all
+	$(BUILD)/pyvenv/bin/meson install -C $(BUILD) --no-rebuild --quiet $(if $(DESTDIR),--destdir "$(abspath $(DESTDIR))")
 
 # The nested test host builds it itself when it boots; this is for
 # working on the series.

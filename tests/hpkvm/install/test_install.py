@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""hpkvm as an operator installs it: QEMU's own install of the build
+("make install", i.e. meson install) into a DESTDIR of this test's, then
+the installed tree used as installed: the emulator boots our guest with
+the firmware installed beside it (not the build tree's), the tools run,
+and the helper's systemd units start the installed helper on the socket
+QEMU connects to.  Needs no root and no KVM (the guest runs on TCG).
+Prints TAP."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "host"))
+
+import hostlib  # noqa: E402
+
+BUILD = os.path.abspath(hostlib.BUILD)
+PREFIX = os.environ.get("HPKVM_PREFIX", "/usr/local")
+BINDIR = os.path.join(PREFIX, os.environ.get("HPKVM_BINDIR", "bin"))
+DATADIR = os.path.join(PREFIX, "share", "qemu")
+UNITDIR = os.path.join(PREFIX, "lib", "systemd", "system")
+RUN_GUEST = os.path.join(HERE, "../../../scripts/hpkvm/run-guest.py")
+# The socket QEMU's helper client connects to (HPKVM_HELPER_SOCKET).
+HELPER_SOCKET = "/run/qemu-hpkvm-helper.sock"
+TOOLS = ("qemu-hpkvm-helper", "qemu-hpkvm-recover", "qemu-hpkvm-check")
+tests = hostlib.TapSuite()
+ROOT = None
+
+
+def installed(path):
+    """Where the installed file @path (as the host would see it) lies."""
+    return ROOT + path
+
+
+def run_guest(seconds=60):
+    """run-guest.py with the installed QEMU; its guest within @seconds."""
+    qemu = installed(os.path.join(BINDIR, "qemu-system-x86_64"))
+    return subprocess.run([sys.executable, RUN_GUEST, qemu,
+                           os.path.abspath(hostlib.GUEST), str(seconds),
+                           "-accel", "tcg", "-cpu", "max", "-smp", "2",
+],
+                          capture_output=True, text=True, timeout=90)
+
+
+@tests.case
+def the_installed_qemu_boots_the_guest_from_the_installed_firmware():
+    # Its data directory is the one installed beside it (QEMU is
+    # relocatable), then the firmware path of Debian's packages; never
+    # the build tree's.
+    qemu = installed(os.path.join(BINDIR, "qemu-system-x86_64"))
+    dirs = subprocess.run([qemu, "-L", "help"], capture_output=True,
+                          text=True, timeout=30, check=True).stdout.split()
+    datadirs = [os.path.normpath(d) for d in dirs
+                if not d.startswith(("/usr/share/", "/usr/lib/"))]
+    assert datadirs == [installed(DATADIR)], dirs
+    res = run_guest()
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "hpkvm-guest: PASS cpus=2/2" in res.stdout, res.stdout
+
+
+@tests.case
+def without_its_installed_option_rom_the_installed_qemu_cannot_boot():
+    # The case above proves something only if the installed file is the
+    # one read: taken away, -kernel has no multiboot loader and the guest
+    # never runs (it passed in under a second above).
+    rom = installed(os.path.join(DATADIR, "multiboot_dma.bin"))
+    aside = rom + ".aside"
+    os.rename(rom, aside)
+    try:
+        res = run_guest(seconds=10)
+    finally:
+        os.rename(aside, rom)
+    assert res.returncode != 0, res.stdout
+    assert "multiboot_dma.bin" in res.stderr, res.stderr
+
+
+@tests.case
+def the_installed_tools_run():
+    for tool in TOOLS:
+        path = installed(os.path.join(BINDIR, tool))
+        res = subprocess.run([path, "--help"], capture_output=True,
+                             text=True, timeout=30)
+        assert res.returncode == 0 and "Usage" in res.stdout + res.stderr, \
+            (tool, res.returncode, res.stdout, res.stderr)
+
+
+def unit(name):
+    with open(installed(os.path.join(UNITDIR, name))) as f:
+        return f.read()
+
+
+@tests.case
+def the_installed_units_start_the_installed_helper_on_qemus_socket():
+    service = unit("qemu-hpkvm-helper.service")
+    socket_unit = unit("qemu-hpkvm-helper.socket")
+    assert "@" not in service, "unsubstituted: " + service
+    (exec_start,) = re.findall(r"^ExecStart=(\S+)", service, re.M)
+    assert exec_start == os.path.join(BINDIR, "qemu-hpkvm-helper"), \
+        exec_start
+    assert os.access(installed(exec_start), os.X_OK), exec_start
+    assert re.findall(r"^ListenStream=(\S+)", socket_unit, re.M) == \
+        [HELPER_SOCKET], socket_unit
+    # systemd itself reads them: every directive known to this systemd,
+    # and the command there.  verify looks for ExecStart= on the running
+    # system, so a copy of the units points it into the DESTDIR (the
+    # only change); man pages are not installed (--man=no).
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze not installed (package systemd)"
+    with tempfile.TemporaryDirectory(prefix="hpkvm-units-") as tmp:
+        with open(os.path.join(tmp, "qemu-hpkvm-helper.service"), "w") as f:
+            f.write(service.replace(f"ExecStart={exec_start}",
+                                    f"ExecStart={installed(exec_start)}"))
+        with open(os.path.join(tmp, "qemu-hpkvm-helper.socket"), "w") as f:
+            f.write(socket_unit)
+        res = subprocess.run([analyze, "verify", "--man=no",
+                              os.path.join(tmp, "qemu-hpkvm-helper.socket"),
+                              os.path.join(tmp, "qemu-hpkvm-helper.service")],
+                             capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and not res.stderr.strip(), \
+        res.stdout + res.stderr
+
+
+def main():
+    global ROOT
+    with tempfile.TemporaryDirectory(prefix="hpkvm-install-") as root:
+        ROOT = root
+        meson = os.path.join(BUILD, "pyvenv", "bin", "meson")
+        res = subprocess.run([meson, "install", "-C", BUILD, "--no-rebuild",
+                              "--quiet", "--destdir", root],
+                             capture_output=True, text=True, timeout=300)
+        if res.returncode:
+            print("1..1\nnot ok 1 - meson install into a DESTDIR")
+            for line in (res.stdout + res.stderr).splitlines()[-20:]:
+                print(f"# {line}")
+            return 1
+        return tests.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
