@@ -35,10 +35,11 @@ fi
 # Packages from bookworm itself.  gcc-multilib: the x86 option roms and
 # our bare-metal guest are 32-bit code built with the host compiler.
 # iproute2 and dpdk-dev (dpdk-testpmd): the network selector's tests.
+# systemd (systemd-analyze): the install test verifies the helper's units.
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
- iproute2 dpdk-dev"
+ iproute2 dpdk-dev systemd"
 # The headers of the kernel the nested test host boots, which our KVM
 # (kvm/build.sh) is built against.  When Debian has dropped that ABI, the
 # current one, as the nested host then boots it.
