@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "host"))
 
 import hostlib  # noqa: E402
+from libvirt_domain import domain_xml  # noqa: E402
 
 QEMU = os.path.abspath(hostlib.QEMU)
 GUEST = os.path.abspath(hostlib.GUEST)
@@ -108,36 +109,6 @@ def cgroup_dirs():
     return out
 
 
-def domain_xml(name, vcpupin, emulatorpin, accel):
-    return f"""<domain type='kvm'
-        xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
-  <name>{name}</name>
-  <memory unit='MiB'>64</memory>
-  <vcpu placement='static'>1</vcpu>
-  <cputune>
-    <vcpupin vcpu='0' cpuset='{vcpupin}'/>
-    <emulatorpin cpuset='{emulatorpin}'/>
-  </cputune>
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{GUEST}</kernel>
-    <cmdline>hold</cmdline>
-  </os>
-  <cpu mode='host-passthrough'>
-    <feature policy='disable' name='arch-capabilities'/>
-  </cpu>
-  <devices>
-    <emulator>{QEMU}</emulator>
-    <serial type='file'><source path='{STATE}/{name}.serial'/></serial>
-  </devices>
-  <qemu:commandline>
-    <qemu:arg value='-accel'/>
-    <qemu:arg value='{accel}'/>
-  </qemu:commandline>
-</domain>
-"""
-
-
 def accel(extra=""):
     return f"hpkvm,host-cpus=1,housekeeping-cpus=0,dynamic-isolation=on{extra}"
 
@@ -145,7 +116,9 @@ def accel(extra=""):
 def define(name, vcpupin, emulatorpin):
     path = os.path.join(STATE, f"{name}.xml")
     with open(path, "w") as f:
-        f.write(domain_xml(name, vcpupin, emulatorpin, accel()))
+        f.write(domain_xml(name, emulator=QEMU, kernel=GUEST,
+                           serial=f"{STATE}/{name}.serial", vcpupin=vcpupin,
+                           emulatorpin=emulatorpin, accel=accel()))
     virsh("define", path)
 
 

@@ -12,6 +12,7 @@ The image is a kernel and an initrd made of concatenated cpio pieces:
 """
 
 import hashlib
+import json
 import os
 import shutil
 import struct
@@ -267,6 +268,141 @@ def hpkvm_inputs(build):
                   os.path.join(build, "tests/hpkvm/fake-kernel",
                                "libhpkvm-fake-kernel.so")))
     return files
+
+
+# libvirt for the tests that drive hpkvm through it: the daemons and
+# virsh as this machine has them installed (scripts/hpkvm/install-deps.sh:
+# bookworm-backports), with the libraries they load.
+LIBVIRT_BINARIES = [
+    "/usr/sbin/libvirtd", "/usr/sbin/virtlogd", "/usr/bin/virsh",
+    "/usr/lib/x86_64-linux-gnu/libvirt/connection-driver/"
+    "libvirt_driver_qemu.so",
+    "/usr/lib/libvirt/libvirt_iohelper",
+]
+# The packages whose configuration files go in as Debian ships them.
+LIBVIRT_CONF_PACKAGES = ["libvirt-common", "libvirt-daemon",
+                         "libvirt-daemon-driver-qemu", "libvirt-daemon-log"]
+
+
+def _installed_version(pkg):
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg],
+                       capture_output=True, text=True)
+    if r.returncode or not r.stdout:
+        raise RuntimeError(f"{pkg} is not installed (scripts/hpkvm/"
+                           f"install-deps.sh installs libvirt)")
+    return r.stdout
+
+
+def build_libvirt(cache):
+    """libvirt as a cpio piece: this machine's installed libvirtd,
+    virtlogd, virsh and QEMU driver with their libraries; /etc/libvirt as
+    the packages ship it, unpacked from their .debs of the installed
+    version (never this machine's own, perhaps edited, files); and the
+    users and groups the packages create (libvirt-qemu, in kvm)."""
+    missing = [b for b in LIBVIRT_BINARIES if not os.path.exists(b)]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} missing: scripts/hpkvm/"
+                           f"install-deps.sh installs libvirt")
+    versions = {p: _installed_version(p) for p in LIBVIRT_CONF_PACKAGES}
+    tag = _sha(*(f"{p}={v}" for p, v in sorted(versions.items())))
+    out = os.path.join(cache, f"libvirt-{tag}.cpio")
+    if os.path.exists(out):
+        return out
+    files = {}
+    for binary in LIBVIRT_BINARIES:
+        files[binary] = binary
+        for lib in _ldd(binary):
+            files[lib] = lib
+    for root, _, names in os.walk("/usr/share/libvirt"):
+        for n in names:
+            files[os.path.join(root, n)] = os.path.join(root, n)
+    debs = os.path.join(cache, "debs", "libvirt")
+    for pkg, ver in versions.items():
+        deb = _download_version(pkg, ver, debs)
+        tree = _unpack(deb, os.path.join(cache, f"{pkg}-{ver}"))
+        for root, _, names in os.walk(os.path.join(tree, "etc", "libvirt")):
+            for n in names:
+                host = os.path.join(root, n)
+                files["/" + os.path.relpath(host, tree)] = host
+    w = NewcWriter()
+    for path, host in sorted(files.items()):
+        w.add_file(path.lstrip("/"), os.path.realpath(host),
+                   0o755 if os.access(host, os.X_OK) else 0o644)
+    passwd = subprocess.run(["getent", "passwd", "root", "libvirt-qemu"],
+                            capture_output=True, text=True).stdout
+    group = subprocess.run(["getent", "group", "root", "kvm",
+                            "libvirt-qemu", "libvirt"],
+                           capture_output=True, text=True).stdout
+    if "libvirt-qemu" not in passwd or "kvm" not in group:
+        raise RuntimeError("no libvirt-qemu user or kvm group: reinstall "
+                           "libvirt-daemon-driver-qemu")
+    w.add_bytes("etc/passwd", passwd.encode(), 0o644)
+    w.add_bytes("etc/group", group.encode(), 0o644)
+    w.add_bytes("etc/nsswitch.conf", b"passwd: files\ngroup: files\n",
+                0o644)
+    w.write(out)
+    return out
+
+
+def _download_version(pkg, ver, dest_dir):
+    """apt-get download pkg=ver into dest_dir, once; return its path."""
+    os.makedirs(dest_dir, exist_ok=True)
+    # apt names it pkg_VERSION_arch.deb, an epoch's ':' as %3a.
+    prefix = f"{pkg}_{ver.replace(':', '%3a')}_"
+    for name in os.listdir(dest_dir):
+        if name.startswith(prefix) and name.endswith(".deb"):
+            return os.path.join(dest_dir, name)
+    log(f"downloading {pkg} {ver}")
+    r = subprocess.run(["apt-get", "download", "-q", f"{pkg}={ver}"],
+                       cwd=dest_dir, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"apt-get download {pkg}={ver} failed: "
+                           f"{r.stderr.strip()}")
+    return _download_version(pkg, ver, dest_dir)
+
+
+def installed_bindir(build):
+    """Where build_installed() puts the emulator: meson's prefix/bindir."""
+    with open(os.path.join(build, "meson-info",
+                           "intro-buildoptions.json")) as f:
+        opts = {o["name"]: o["value"] for o in json.load(f)}
+    return os.path.join(opts["prefix"], opts["bindir"])
+
+
+def build_installed(build, out):
+    """QEMU's install of our build ("make install": meson install, here
+    stripped) as a cpio piece at its real prefix, /usr/local unless
+    configured otherwise; rebuilt when the emulator is newer."""
+    qemu = os.path.join(build, "qemu-system-x86_64")
+    if os.path.exists(out) and os.stat(out).st_mtime >= os.stat(qemu).st_mtime:
+        return out
+    log("installing hpkvm's build for the nested host (meson install)")
+    root = out + ".root"
+    shutil.rmtree(root, ignore_errors=True)
+    r = subprocess.run([os.path.join(build, "pyvenv", "bin", "meson"),
+                        "install", "-C", build, "--no-rebuild", "--quiet",
+                        "--strip", "--destdir", root],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("meson install failed: "
+                           + (r.stdout + r.stderr)[-2000:])
+    w = NewcWriter()
+    for top, _, names in os.walk(root):
+        for n in names:
+            host = os.path.join(top, n)
+            w.add_file(os.path.relpath(host, root), host,
+                       0o755 if os.access(host, os.X_OK) else 0o644)
+    # What the installed QEMU depends on, as their packages install it:
+    # SeaBIOS and iPXE on its firmware path (Debian's seabios and
+    # ipxe-qemu, see configure).
+    for top in ("/usr/share/seabios", "/usr/lib/ipxe/qemu"):
+        for d, _, names in os.walk(top):
+            for n in names:
+                host = os.path.join(d, n)
+                w.add_file(host.lstrip("/"), os.path.realpath(host))
+    w.write(out)
+    shutil.rmtree(root)
+    return out
 
 
 _kvm_built = set()

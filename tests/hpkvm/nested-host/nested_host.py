@@ -125,7 +125,8 @@ def build_dir():
 
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
-        timeout=600, files=None, build=None, cache=None, kvm="hpkvm"):
+        timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
+        libvirt=False, installed=False):
     """Boot the nested host, run script in it, return a Result.
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
@@ -134,6 +135,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
     vfio_vfs of them bound to vfio-pci (vfs=0: no NIC);
     files: {path inside: bytes} added next to the script in /payload;
+    libvirt: libvirtd, virtlogd and virsh inside, configured as Debian
+    ships them (image.build_libvirt); the payload starts them;
+    installed: our build as "make install" installs it, at its prefix
+    (/usr/local: /usr/local/bin/qemu-system-x86_64, its firmware);
     timeout: seconds for the whole run; NestedHostError past it.
     """
     if kvm not in ("hpkvm", "stock"):
@@ -145,9 +150,15 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     pieces = [base]
     if kvm == "hpkvm":
         pieces.append(image.build_kvm(build, kver))
+    if libvirt:
+        pieces.append(image.build_libvirt(cache))
     hpkvm = image.build_hpkvm(build, os.path.join(build, "..",
                                                   "nested-host",
                                                   "hpkvm.cpio"))
+    if installed:
+        pieces.append(image.build_installed(
+            build, os.path.join(build, "..", "nested-host",
+                                "installed.cpio")))
     qemu = os.path.join(build, "qemu-system-x86_64")
 
     with tempfile.TemporaryDirectory(prefix="nested-host-") as tmp:

@@ -63,8 +63,12 @@ import sys
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "libvirt"))
 
-from nested_host import L2_SHELL, NestedHostError, run  # noqa: E402
+import image  # noqa: E402
+from libvirt_domain import domain_xml  # noqa: E402
+from nested_host import L2_SHELL, NestedHostError, build_dir, run  # noqa: E402
 
 # The L2 guest, paused, with QMP on /tmp/qmp.sock; shell functions shared
 # by the payloads.  -nodefaults: no default NIC, so no iPXE option ROM
@@ -815,7 +819,8 @@ sed 's/^/helper-log: /' $HELPER_LOG
 UNDO_SECONDS = 10
 
 
-def assert_undone_by_the_helper(output, before, label, log=None):
+def assert_undone_by_the_helper(output, before, label, log=None,
+                                diff=restored):
     """After the SIGKILL of the VM of "killed-pid: ", the helper alone
     restored the host (snap LABEL), within UNDO_SECONDS of its death, and
     said so in its log (by default, all the output)."""
@@ -824,8 +829,8 @@ def assert_undone_by_the_helper(output, before, label, log=None):
     undone = float(lines_with(output, "undone-in: ")[0])
     print(f"# the helper undid the killed VM's changes in {undone:.2f} s")
     assert undone < UNDO_SECONDS, f"journal still there after {undone} s"
-    diff = restored(before, snapshot(output, label))
-    assert not diff, "not restored by the helper: " + "; ".join(diff)
+    changed = diff(before, snapshot(output, label))
+    assert not changed, "not restored by the helper: " + "; ".join(changed)
     pid = lines_with(output, "killed-pid: ")[-1]
     assert f"pid {pid} exited: host reconciled" in (log or output), \
         "the helper did not see the VM die: " + output
@@ -1183,6 +1188,157 @@ vm_quit() {
     wait_qemu
 }
 """
+
+
+# libvirt in the nested host (run(libvirt=True)): its daemons started
+# as Debian's units would, with /etc/libvirt as the packages ship it;
+# /dev/kvm root:kvm 0660 as Debian's udev rules make it.
+LIBVIRT_LIB = r"""
+virsh() {
+    command virsh -c qemu:///system "$@"
+}
+libvirt_start() {
+    chgrp kvm /dev/kvm && chmod 0660 /dev/kvm
+    mkdir -p /var/lib/libvirt/qemu /var/log/libvirt/qemu /var/cache/libvirt
+    ln -sfn /run /var/run
+    virtlogd > /tmp/virtlogd.log 2>&1 &
+    libvirtd > /tmp/libvirtd.log 2>&1 &
+    i=0
+    until virsh version > /dev/null 2>&1; do
+        sleep 0.5; i=$((i + 1))
+        [ $i -gt 240 ] && { echo "libvirtd-down: $(tail -n 5 /tmp/libvirtd.log)"; return 1; }
+    done
+    return 0
+}
+# Why domain $1's guest printed nothing: guest_stuck's view, through
+# libvirt's monitor.
+libvirt_stuck() {
+    echo "stuck: no result line from the guest; serial" \
+         "$(od -c /tmp/$1.serial | head -n 2 | tr '\n' ' ')"
+    echo "stuck: status $(virsh qemu-monitor-command $1 \
+        '{"execute": "query-status"}')"
+    virsh qemu-monitor-command --hmp $1 'info registers' |
+        grep -o 'RIP=[0-9a-f]*\|HLT=[01]\|CR0=[0-9a-f]*' |
+        tr '\n' ' ' | sed 's/^/stuck: registers /'
+    echo
+}
+# The pid of domain $1's QEMU, once libvirt has written it.
+domain_pid() {
+    cat /run/libvirt/qemu/$1.pid
+}
+"""
+
+
+@test
+def libvirt_as_shipped_runs_hpkvm_unprivileged_and_the_host_is_restored():
+    """libvirt with the qemu.conf Debian ships (QEMU as libvirt-qemu,
+    DAC, a /dev of its own) starts a domain whose <emulator> is our QEMU
+    as "make install" installs it, under -accel hpkvm: the
+    helper leases its core to libvirt-qemu as the policy allows, the
+    vCPU runs there with the host isolated, and the host is as before
+    after "virsh destroy" and after a SIGKILL of its QEMU."""
+    accel = "hpkvm,host-cpus=2,housekeeping-cpus=0-1,dynamic-isolation=on"
+    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + LIBVIRT_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+# The controllers systemd enables at boot on a real host (libvirt enables
+# them itself otherwise, and leaves them).
+echo '+cpuset +cpu +io +memory' > /sys/fs/cgroup/cgroup.subtree_control
+mkdir -p /etc/qemu
+echo 'allow 2-3 user libvirt-qemu' > /etc/qemu/hpkvm-helper.conf
+helper_stop && helper_start || exit 1
+libvirt_start || exit 1
+echo "qemu-conf: $(grep -c '^[a-z_]* *=' /etc/libvirt/qemu.conf)"
+cat > /tmp/g.xml << 'XML'
+%(xml)s
+XML
+virsh define /tmp/g.xml > /dev/null || exit 1
+snap before
+virsh start g > /dev/null ||
+    { tail -n 20 /var/log/libvirt/qemu/g.log | sed 's/^/qemu-log: /'; exit 1; }
+pid=$(domain_pid g)
+echo "qemu-pid: $pid"
+echo "qemu-exe: $(readlink /proc/$pid/exe)"
+echo "ids: $(grep '^[UG]id\|^Groups' /proc/$pid/status | tr -s '\t\n' '  ')"
+echo "hpkvm: $(virsh qemu-monitor-command g '{"execute": "query-hpkvm"}')"
+for t in /proc/$pid/task/*; do
+    echo "thread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
+done
+i=0
+until grep -q 'hpkvm-guest: ' /tmp/g.serial 2> /dev/null; do
+    sleep 0.2; i=$((i + 1))
+    if [ $i -gt 600 ]; then
+        libvirt_stuck g
+        break
+    fi
+done
+echo "serial-g: $(cat /tmp/g.serial)"
+snap during
+virsh destroy g > /dev/null
+echo "destroyed-undone-in: $(wait_host_undone 30)"
+snap destroyed
+virsh start g > /dev/null || exit 1
+pid=$(domain_pid g)
+i=0
+while [ ! -e /run/hpkvm/host.journal ] && [ $i -lt 300 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+echo "journal-before-kill: $(ls /run/hpkvm | tr '\n' ' ')"
+echo "killed-pid: $pid"
+kill -9 $pid
+i=0
+until [ "$(virsh domstate g)" = "shut off" ] || [ $i -gt 300 ]; do
+    sleep 0.2; i=$((i + 1))
+done
+echo "state-after-kill: $(virsh domstate g)"
+echo "undone-in: $(wait_host_undone 30)"
+snap killed
+virsh undefine g > /dev/null
+sed 's/^/helper-log: /' $HELPER_LOG
+""" % {"xml": domain_xml(
+        "g", emulator=os.path.join(image.installed_bindir(build_dir()),
+                                   "qemu-system-x86_64"),
+        kernel="/hpkvm/guests/hpkvm-guest.elf", serial="/tmp/g.serial",
+        vcpupin="2", emulatorpin="0-1", accel=accel)},
+        cpus=4, libvirt=True, installed=True)
+    print_without_snaps(res.output)
+    assert res.status == 0, res.output
+    # Debian's qemu.conf sets nothing: every line is a comment.
+    assert lines_with(res.output, "qemu-conf: ") == ["0"], res.output
+    ids = lines_with(res.output, "ids: ")[0].split()
+    assert ids == ["Uid:"] + ["64055"] * 4 + ["Gid:"] + ["64055"] * 4 + \
+        ["Groups:", "107", "64055"], ids
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    assert hp["enabled"] and hp["host-cpus"] == "2", hp
+    assert hp["isolation"]["active"], hp
+    (place,) = hp["placement"]
+    assert place["host-cpu"] == 2, place
+    for line in lines_with(res.output, "thread "):
+        tid, allowed = line.split(" ", 1)
+        if int(tid) == place["thread-id"]:
+            assert allowed == "Cpus_allowed_list:2", (tid, allowed)
+    serial = lines_with(res.output, "serial-g: ")[0]
+    assert "hpkvm-guest: PASS" in serial, serial
+    assert lines_with(res.output, "qemu-exe: ") == [os.path.join(
+        image.installed_bindir(build_dir()), "qemu-system-x86_64")], \
+        res.output
+    pid = lines_with(res.output, "qemu-pid: ")[0]
+    assert f"pid {pid} (uid 64055): host cores 2 leased, isolation on" \
+        in res.output, res.output
+    before = snapshot(res.output, "before")
+    assert libvirt_restored(before, snapshot(res.output, "during")), \
+        "the host was not isolated"
+    diff = libvirt_restored(before, snapshot(res.output, "destroyed"))
+    assert not diff, "not restored after destroy: " + "; ".join(diff)
+    assert lines_with(res.output, "state-after-kill: ") == ["shut off"], \
+        res.output
+    assert_undone_by_the_helper(res.output, before, "killed",
+                                diff=libvirt_restored)
+
+
+def libvirt_restored(before, after):
+    """restored(), but for libvirt's own partition cgroups ("machine")."""
+    return [d for d in restored(before, after)
+            if "/machine" not in d.split(":")[0]]
 
 
 @test
