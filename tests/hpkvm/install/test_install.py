@@ -26,8 +26,7 @@ BINDIR = os.path.join(PREFIX, os.environ.get("HPKVM_BINDIR", "bin"))
 DATADIR = os.path.join(PREFIX, "share", "qemu")
 UNITDIR = os.path.join(PREFIX, "lib", "systemd", "system")
 RUN_GUEST = os.path.join(HERE, "../../../scripts/hpkvm/run-guest.py")
-# The socket QEMU's helper client connects to (HPKVM_HELPER_SOCKET).
-HELPER_SOCKET = "/run/qemu-hpkvm-helper.sock"
+PROTO_H = os.path.join(HERE, "../../../accel/hpkvm/hpkvm-helper-proto.h")
 TOOLS = ("qemu-hpkvm-helper", "qemu-hpkvm-recover", "qemu-hpkvm-check")
 tests = hostlib.TapSuite()
 ROOT = None
@@ -104,8 +103,12 @@ def the_installed_units_start_the_installed_helper_on_qemus_socket():
     assert exec_start == os.path.join(BINDIR, "qemu-hpkvm-helper"), \
         exec_start
     assert os.access(installed(exec_start), os.X_OK), exec_start
+    # The socket QEMU's helper client connects to.
+    with open(PROTO_H) as f:
+        (helper_socket,) = re.findall(
+            r'^#define HPKVM_HELPER_SOCKET "([^"]+)"', f.read(), re.M)
     assert re.findall(r"^ListenStream=(\S+)", socket_unit, re.M) == \
-        [HELPER_SOCKET], socket_unit
+        [helper_socket], socket_unit
     # systemd itself reads them: every directive known to this systemd,
     # and the command there.  verify looks for ExecStart= on the running
     # system, so a copy of the units points it into the DESTDIR (the

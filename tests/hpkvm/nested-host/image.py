@@ -79,19 +79,24 @@ def choose_kernel():
         "or check that Debian's archive is reachable")
 
 
-def _download(pkg, dest_dir):
-    """apt-get download pkg into dest_dir (apt verifies it); return path."""
+def _download(pkg, dest_dir, version=None):
+    """apt-get download pkg (pkg=version if given) into dest_dir, once
+    (apt verifies it); return its path."""
     os.makedirs(dest_dir, exist_ok=True)
+    # apt names it pkg_VERSION_arch.deb, an epoch's ':' as %3a.
+    prefix = f"{pkg}_" + (f"{version.replace(':', '%3a')}_" if version
+                          else "")
     for name in os.listdir(dest_dir):
-        if name.startswith(pkg + "_") and name.endswith(".deb"):
+        if name.startswith(prefix) and name.endswith(".deb"):
             return os.path.join(dest_dir, name)
-    log(f"downloading {pkg}")
-    r = subprocess.run(["apt-get", "download", "-q", pkg], cwd=dest_dir,
+    want = f"{pkg}={version}" if version else pkg
+    log(f"downloading {want}")
+    r = subprocess.run(["apt-get", "download", "-q", want], cwd=dest_dir,
                        capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"apt-get download {pkg} failed: "
+        raise RuntimeError(f"apt-get download {want} failed: "
                            f"{r.stderr.strip()}")
-    return _download(pkg, dest_dir)
+    return _download(pkg, dest_dir, version)
 
 
 def _unpack(deb, dest):
@@ -158,6 +163,13 @@ def _module_closure(moddir, names):
     for n in names:
         visit(n)
     return order
+
+
+def _walk_files(top):
+    """Every file below top, as paths."""
+    for d, _, names in os.walk(top):
+        for n in names:
+            yield os.path.join(d, n)
 
 
 def _sha(*parts):
@@ -313,17 +325,14 @@ def build_libvirt(cache):
         files[binary] = binary
         for lib in _ldd(binary):
             files[lib] = lib
-    for root, _, names in os.walk("/usr/share/libvirt"):
-        for n in names:
-            files[os.path.join(root, n)] = os.path.join(root, n)
+    for path in _walk_files("/usr/share/libvirt"):
+        files[path] = path
     debs = os.path.join(cache, "debs", "libvirt")
     for pkg, ver in versions.items():
-        deb = _download_version(pkg, ver, debs)
+        deb = _download(pkg, debs, ver)
         tree = _unpack(deb, os.path.join(cache, f"{pkg}-{ver}"))
-        for root, _, names in os.walk(os.path.join(tree, "etc", "libvirt")):
-            for n in names:
-                host = os.path.join(root, n)
-                files["/" + os.path.relpath(host, tree)] = host
+        for host in _walk_files(os.path.join(tree, "etc", "libvirt")):
+            files["/" + os.path.relpath(host, tree)] = host
     w = NewcWriter()
     for path, host in sorted(files.items()):
         w.add_file(path.lstrip("/"), os.path.realpath(host),
@@ -342,23 +351,6 @@ def build_libvirt(cache):
                 0o644)
     w.write(out)
     return out
-
-
-def _download_version(pkg, ver, dest_dir):
-    """apt-get download pkg=ver into dest_dir, once; return its path."""
-    os.makedirs(dest_dir, exist_ok=True)
-    # apt names it pkg_VERSION_arch.deb, an epoch's ':' as %3a.
-    prefix = f"{pkg}_{ver.replace(':', '%3a')}_"
-    for name in os.listdir(dest_dir):
-        if name.startswith(prefix) and name.endswith(".deb"):
-            return os.path.join(dest_dir, name)
-    log(f"downloading {pkg} {ver}")
-    r = subprocess.run(["apt-get", "download", "-q", f"{pkg}={ver}"],
-                       cwd=dest_dir, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"apt-get download {pkg}={ver} failed: "
-                           f"{r.stderr.strip()}")
-    return _download_version(pkg, ver, dest_dir)
 
 
 def installed_bindir(build):
@@ -387,19 +379,15 @@ def build_installed(build, out):
         raise RuntimeError("meson install failed: "
                            + (r.stdout + r.stderr)[-2000:])
     w = NewcWriter()
-    for top, _, names in os.walk(root):
-        for n in names:
-            host = os.path.join(top, n)
-            w.add_file(os.path.relpath(host, root), host,
-                       0o755 if os.access(host, os.X_OK) else 0o644)
+    for host in _walk_files(root):
+        w.add_file(os.path.relpath(host, root), host,
+                   0o755 if os.access(host, os.X_OK) else 0o644)
     # What the installed QEMU depends on, as their packages install it:
     # SeaBIOS and iPXE on its firmware path (Debian's seabios and
     # ipxe-qemu, see configure).
     for top in ("/usr/share/seabios", "/usr/lib/ipxe/qemu"):
-        for d, _, names in os.walk(top):
-            for n in names:
-                host = os.path.join(d, n)
-                w.add_file(host.lstrip("/"), os.path.realpath(host))
+        for host in _walk_files(top):
+            w.add_file(host.lstrip("/"), os.path.realpath(host))
     w.write(out)
     shutil.rmtree(root)
     return out
