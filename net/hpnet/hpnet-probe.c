@@ -189,7 +189,8 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
 {
     g_autofree char *tun = cfg->tap_fd ? NULL :
                            node_problem(cfg->root, "/dev/net/tun");
-    g_autofree char *vhost = node_problem(cfg->root, "/dev/vhost-net");
+    g_autofree char *vhost = cfg->vhost_fd ? NULL :
+                             node_problem(cfg->root, "/dev/vhost-net");
     char *why = NULL;
 
     *vf = NULL;
@@ -199,7 +200,9 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
     set(&probes[HPNET_BACKEND_VHOST_NET], !tun && !vhost,
         tun ? g_strdup(tun) :
         vhost ? g_strdup_printf("%s (load the vhost_net module)", vhost) :
-        g_strdup("/dev/net/tun and /dev/vhost-net open"));
+        g_strdup_printf("%s and %s", cfg->tap_fd ? "tap fd= given" :
+                        "/dev/net/tun opens", cfg->vhost_fd ?
+                        "vhostfd= given" : "/dev/vhost-net opens"));
 
     if (!cfg->vhost_user_socket && !cfg->vhost_user_chardev) {
         set(&probes[HPNET_BACKEND_VHOST_USER], false,

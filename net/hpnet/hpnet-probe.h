@@ -18,6 +18,7 @@
 typedef struct HpnetProbeConfig {
     const char *root;               /* "" or a fake tree */
     bool tap_fd;                    /* fd= given: no /dev/net/tun needed */
+    bool vhost_fd;                  /* vhostfd= given: nor /dev/vhost-net */
     const char *vhost_user_socket;
     bool vhost_user_chardev;        /* a chardev was named */
     bool ram_can_be_shared;         /* every guest RAM backend shared */

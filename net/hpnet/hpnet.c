@@ -128,7 +128,28 @@ static int tap_backend(const NetdevHpnetOptions *o, const char *name,
     }
     t->has_vhost = true;
     t->vhost = vhost;
+    if (vhost) {
+        t->vhostfd = o->vhostfd;
+    }
     return net_init_tap(&tap, name, peer, errp);
+}
+
+/*
+ * A backend without vhost-net leaves vhostfd= unused: close it rather
+ * than keep the device open (or named in the monitor) for the VM's life.
+ * One a failed vhost-net start already took is gone: nothing to close.
+ */
+static void hpnet_drop_vhostfd(const NetdevHpnetOptions *o)
+{
+    int fd;
+
+    if (!o->vhostfd) {
+        return;
+    }
+    fd = monitor_fd_param(monitor_cur(), o->vhostfd, NULL);
+    if (fd > STDERR_FILENO) {
+        close(fd);
+    }
 }
 
 static int vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
@@ -197,10 +218,12 @@ static int create(HpnetState *s, const NetdevHpnetOptions *o,
 {
     switch (s->backend) {
     case HPNET_BACKEND_VIRTIO_NET:
+        hpnet_drop_vhostfd(o);
         return tap_backend(o, name, peer, false, errp);
     case HPNET_BACKEND_VHOST_NET:
         return tap_backend(o, name, peer, true, errp);
     case HPNET_BACKEND_VHOST_USER:
+        hpnet_drop_vhostfd(o);
         return vhost_user_backend(o, name, peer, errp);
     case HPNET_BACKEND_SRIOV:
         /* The standby's data path: the kernel's where the host has it. */
@@ -256,22 +279,33 @@ static void check_backends(Notifier *n, void *data)
 }
 
 /*
- * vf= and pf= become sysfs paths: only what names a device or a NIC.
- * fd= is closed by tap when it fails: never one of QEMU's own streams,
- * or the error would go with it.
+ * fd= and vhostfd= are closed when they go unused or tap fails: never
+ * one of QEMU's own streams, or the error would go with it.
  */
-static bool hpnet_check_options(const NetdevHpnetOptions *o,
-                                const char *name, Error **errp)
+static bool hpnet_check_fd(const char *opt, const char *value,
+                           const char *what, const char *name, Error **errp)
 {
     int fd;
 
-    if (o->fd && !qemu_strtoi(o->fd, NULL, 10, &fd) && fd >= 0 &&
+    if (value && !qemu_strtoi(value, NULL, 10, &fd) && fd >= 0 &&
         fd <= STDERR_FILENO) {
-        error_setg(errp, "hpnet %s: fd=%d is QEMU's standard %s, not a tap",
-                   name, fd, fd == STDIN_FILENO ? "input" :
-                   fd == STDOUT_FILENO ? "output" : "error");
-        error_append_hint(errp, "Pass the tap as a descriptor above 2, as "
+        error_setg(errp, "hpnet %s: %s=%d is QEMU's standard %s, not %s",
+                   name, opt, fd, fd == STDIN_FILENO ? "input" :
+                   fd == STDOUT_FILENO ? "output" : "error", what);
+        error_append_hint(errp, "Pass it as a descriptor above 2, as "
                           "libvirt does, or by the name getfd gave it.\n");
+        return false;
+    }
+    return true;
+}
+
+/* vf= and pf= become sysfs paths: only what names a device or a NIC. */
+static bool hpnet_check_options(const NetdevHpnetOptions *o,
+                                const char *name, Error **errp)
+{
+    if (!hpnet_check_fd("fd", o->fd, "a tap", name, errp) ||
+        !hpnet_check_fd("vhostfd", o->vhostfd, "/dev/vhost-net", name,
+                        errp)) {
         return false;
     }
     if (o->vf && !hpnet_pci_address_valid(o->vf)) {
@@ -303,6 +337,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
     HpnetProbeConfig cfg = {
         .root = o->x_root ?: "",
         .tap_fd = o->fd != NULL,
+        .vhost_fd = o->vhostfd != NULL,
         .vhost_user_socket = o->vhost_user_socket,
         .vhost_user_chardev = o->vhost_user_chardev != NULL,
         /*

@@ -202,7 +202,16 @@ static void test_nodes_and_sockets(void)
     cfg.tap_fd = true;
     probe(&cfg, p, &vf);
     g_assert_true(p[HPNET_BACKEND_VIRTIO_NET].available);
+    g_assert_false(p[HPNET_BACKEND_VHOST_NET].available);
     hpnet_probes_free(p);
+    /* A tap and a vhost-net device, both passed open (libvirt's way). */
+    cfg.vhost_fd = true;
+    probe(&cfg, p, &vf);
+    g_assert_true(p[HPNET_BACKEND_VHOST_NET].available);
+    g_assert_cmpstr(p[HPNET_BACKEND_VHOST_NET].reason, ==,
+                    "tap fd= given and vhostfd= given");
+    hpnet_probes_free(p);
+    cfg.vhost_fd = false;
 
     /* vhost-user: a socket, and RAM that can be shared. */
     cfg.vhost_user_socket = "/run/vs0";

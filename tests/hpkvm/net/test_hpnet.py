@@ -107,6 +107,8 @@ def forced_backends_that_are_missing_are_refused():
                 "network interface nor a PCI address")
         refused(tmp, "fd=2", "hpnet n0: fd=2 is QEMU's standard error, "
                 "not a tap")
+        refused(tmp, "fd=5,vhostfd=1", "hpnet n0: vhostfd=1 is QEMU's "
+                "standard output, not /dev/vhost-net")
 
 
 @tests.case
