@@ -43,6 +43,7 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/unit/test-hpkvm-hpnet-select \
 	tests/unit/test-hpkvm-hpnet-probe \
 	tests/hpkvm/nested-host/qmp-exec \
+	tests/hpkvm/nested-host/tap-open \
 	tests/hpkvm/kernel/hpkvm-contract-test \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge \
 	trace/trace-events-all
@@ -74,7 +75,8 @@ check: $(BUILD)/build.ninja configure
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
 # nested test host; a table, build/bench/results.json and ratios.png.
 bench: build
-	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec
+	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec \
+		tests/hpkvm/nested-host/tap-open
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
 

@@ -54,7 +54,9 @@ static const struct {
     const char *description;
 } str_props[] = {
     { "host-cpus", offsetof(HPKVMState, host_cpus_opt),
-      "host cores for the vCPUs, vCPU i on the i-th (e.g. 2-5,8); leased "
+      "host cores for the vCPUs, vCPU i on the i-th (e.g. 2-5,8), or "
+      "'pinned': each vCPU's core is the one a manager (libvirt's "
+      "<vcpupin>) pinned it to by the guest's first run; leased "
       "host-wide" },
     { "housekeeping-cpus", offsetof(HPKVMState, housekeeping_opt),
       "host cores for QEMU's other threads (default: the online cores no "
@@ -154,7 +156,7 @@ static int hpkvm_init_machine(MachineState *ms)
         goto fail;
     }
 
-    if (!hpkvm_placement_init(s, ms->smp.max_cpus, &err)) {
+    if (!hpkvm_placement_init(s, ms->smp.cpus, ms->smp.max_cpus, &err)) {
         error_report_err(err);
         ret = -EINVAL;
         goto fail;

@@ -61,6 +61,7 @@ struct HPKVMState {
     HpkvmLeases *leases;        /* NULL without host-cpus= */
     HpkvmIsolation *isolation;
     bool first_run_checked;     /* pinning by others checked at first run */
+    bool cores_pending;         /* host-cpus=pinned, not leased yet */
     QEMUTimer *settle_timer;    /* KVM's own workers to housekeeping */
     HpkvmCpuSet start_affinity; /* QEMU's threads' before hpkvm's moves */
     bool threads_pinned;        /* ... which moved them */
@@ -98,9 +99,12 @@ HpkvmInfo *hpkvm_report(HPKVMState *s);
  * hpkvm-placement.c: at machine initialisation, before KVM creates
  * anything, check host-cpus= and housekeeping-cpus=, lease the cores,
  * isolate them, and move QEMU's threads to the housekeeping cores; bind
- * each vCPU thread to its core when it is created; undo at exit.
+ * each vCPU thread to its core when it is created; undo at exit.  With
+ * host-cpus=pinned, the leases and isolation wait for the guest's first
+ * run, and take the cores a manager pinned the vCPUs to by then.
  */
-bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp);
+bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
+                          Error **errp);
 /*
  * What a vCPU's bind needs and can be checked before its thread exists
  * (its core, still leased and online), for device_add to fail instead.

@@ -18,6 +18,14 @@
  * If KVM's own initialisation fails after this, all of it is undone
  * before QEMU tries the next -accel entry.
  *
+ * host-cpus=pinned is for managers that already give each vCPU a core of
+ * its own (libvirt's <vcpupin>, as Nova's hw:cpu_policy=dedicated and
+ * KubeVirt's dedicated CPU placement write it), so that nobody names the
+ * cores twice.  They pin after QEMU started, before the guest first
+ * runs: the leases, the isolation and the binds wait until then, take
+ * the core each vCPU thread is pinned to, and make the same checks as
+ * for a list.
+ *
  * Copyright (c) 2026 The hpkvm developers
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -42,6 +50,8 @@
 #include "trace.h"
 
 #define CPU_SYSFS "/sys/devices/system/cpu"
+/* host-cpus= taking each vCPU's core from its pinning at the first run */
+#define HOST_CPUS_PINNED "pinned"
 /* The name of the lease files' descriptors in CPR's state */
 #define CPR_LEASE "hpkvm-lease"
 
@@ -108,6 +118,12 @@ static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
     HpkvmCpuSet one;
     int kernel_ret = 0;
 
+    if (s->cores_pending) {
+        /* host-cpus=pinned: no core until the first run. */
+        s->vcpu_tid[cpu->cpu_index] = qemu_get_thread_id();
+        w->deferred = true;
+        return;
+    }
     hpkvm_cpuset_clear(&one);
     set_bit(core, one.bits);
     w->ret = pin_thread(0, &one);
@@ -318,6 +334,8 @@ static bool placement_bind_deferred(HPKVMState *s, Error **errp)
     return true;
 }
 
+static bool placement_lease_as_pinned(HPKVMState *s, Error **errp);
+
 static void placement_vm_state_change(void *opaque, bool running,
                                       RunState state)
 {
@@ -333,7 +351,8 @@ static void placement_vm_state_change(void *opaque, bool running,
         }
         return;
     }
-    if (!placement_check_pinning(s, &err)) {
+    if ((s->cores_pending && !placement_lease_as_pinned(s, &err)) ||
+        !placement_check_pinning(s, &err)) {
         placement_stop_vm(err);
         return;
     }
@@ -381,16 +400,27 @@ static void placement_exit(Notifier *n, void *data)
                             "QEMU exits");
 }
 
-/* What the leases and isolation need, checked before anything changes. */
-static bool check_placement(HPKVMState *s, unsigned max_cpus,
-                            HpkvmCpuSet *cores, Error **errp)
+static void placement_alloc_vcpus(HPKVMState *s, unsigned max_cpus)
+{
+    s->max_vcpus = max_cpus;
+    s->vcpu_core = g_new0(unsigned, max_cpus);
+    s->vcpu_tid = g_new0(int, max_cpus);
+    s->vcpu_deferred = g_new0(bool, max_cpus);
+}
+
+/*
+ * What the leases and isolation need, checked before anything changes;
+ * @list is host-cpus= or, for host-cpus=pinned, the vCPUs' pinning.
+ */
+static bool check_placement(HPKVMState *s, const char *list,
+                            unsigned max_cpus, HpkvmCpuSet *cores,
+                            Error **errp)
 {
     HpkvmCpuSet present, online, both;
     unsigned cpu, i = 0;
     g_autofree char *hk = NULL;
 
-    if (!hpkvm_cpuset_parse(s->host_cpus_opt, cores, "hpkvm: host-cpus",
-                            errp) ||
+    if (!hpkvm_cpuset_parse(list, cores, "hpkvm: host-cpus", errp) ||
         !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/present", &present,
                               errp) ||
         !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/online", &online,
@@ -402,7 +432,7 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
     if (s->nr_cores < max_cpus) {
         error_setg(errp, "hpkvm: host-cpus=%s lists %u host core%s for %u "
                    "vCPUs (-smp maxcpus counts hot-pluggable ones): list "
-                   "%u more, or lower -smp", s->host_cpus_opt, s->nr_cores,
+                   "%u more, or lower -smp", list, s->nr_cores,
                    s->nr_cores == 1 ? "" : "s", max_cpus,
                    max_cpus - s->nr_cores);
         return false;
@@ -429,20 +459,20 @@ static bool check_placement(HPKVMState *s, unsigned max_cpus,
     if (hpkvm_cpuset_empty(&s->housekeeping)) {
         error_setg(errp, "hpkvm: host-cpus=%s leaves no online core for "
                    "QEMU's other threads and the host: keep at least one "
-                   "out of host-cpus=", s->host_cpus_opt);
+                   "out of host-cpus=", list);
         return false;
     }
-    s->max_vcpus = max_cpus;
-    s->vcpu_core = g_new0(unsigned, max_cpus);
-    s->vcpu_tid = g_new0(int, max_cpus);
-    s->vcpu_deferred = g_new0(bool, max_cpus);
-    HPKVM_CPUSET_FOREACH(cpu, cores) {
-        if (i < max_cpus) {
-            s->vcpu_core[i++] = cpu;
+    /* With host-cpus=pinned, vcpu_core[] is each vCPU's pinning already. */
+    if (!s->cores_pending) {
+        placement_alloc_vcpus(s, max_cpus);
+        HPKVM_CPUSET_FOREACH(cpu, cores) {
+            if (i < max_cpus) {
+                s->vcpu_core[i++] = cpu;
+            }
         }
     }
     hk = hpkvm_cpuset_format(&s->housekeeping);
-    trace_hpkvm_placement(s->host_cpus_opt, hk);
+    trace_hpkvm_placement(list, hk);
     return true;
 }
 
@@ -484,7 +514,107 @@ static bool placement_lease(HPKVMState *s, const HpkvmCpuSet *cores,
     return true;
 }
 
-bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
+/*
+ * host-cpus=pinned, at the first run: each vCPU thread pinned to a core
+ * of its own, which becomes its core; then the checks and the leases of
+ * host-cpus= listing those cores.
+ */
+static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
+{
+    HpkvmCpuSet cores, cpus;
+    g_autofree char *list = NULL;
+    CPUState *cpu, *other;
+    unsigned core;
+
+    hpkvm_cpuset_clear(&cores);
+    CPU_FOREACH(cpu) {
+        int i = cpu->cpu_index;
+        g_autofree char *allowed = NULL;
+
+        if (!hpkvm_get_affinity(s->vcpu_tid[i], &cpus)) {
+            error_setg(errp, "hpkvm: host-cpus=pinned: cannot read where "
+                       "vCPU %d's thread %d may run", i, s->vcpu_tid[i]);
+            return false;
+        }
+        if (hpkvm_cpuset_count(&cpus) != 1) {
+            allowed = hpkvm_cpuset_format(&cpus);
+            error_setg(errp, "hpkvm: host-cpus=pinned, but vCPU %d may run "
+                       "on host cores %s: it has no core of its own", i,
+                       allowed);
+            error_append_hint(errp, "Pin each vCPU to one core (libvirt's "
+                              "<vcpupin>, Nova's hw:cpu_policy=dedicated) "
+                              "before the guest runs, or list the cores in "
+                              "host-cpus=.\n");
+            return false;
+        }
+        core = hpkvm_cpuset_next(&cpus, 0);
+        if (hpkvm_cpuset_has(&cores, core)) {
+            CPU_FOREACH(other) {
+                if (s->vcpu_core[other->cpu_index] == core) {
+                    break;
+                }
+            }
+            error_setg(errp, "hpkvm: host-cpus=pinned, but vCPUs %d and %d "
+                       "are both pinned to host core %u: each needs a core "
+                       "of its own", other->cpu_index, i, core);
+            return false;
+        }
+        set_bit(core, cores.bits);
+        s->vcpu_core[i] = core;
+    }
+    list = hpkvm_cpuset_format(&cores);
+    if (!check_placement(s, list, s->max_vcpus, &cores, errp)) {
+        return false;
+    }
+    qapi_free_HpkvmIsolation(s->isolation);
+    s->isolation = NULL;
+    if (!placement_lease(s, &cores, errp)) {
+        s->isolation = hpkvm_isolate_report_off(&s->host, &cores,
+                                                s->dynamic_isolation,
+                                                "the cores could not be "
+                                                "leased");
+        return false;
+    }
+    s->cores_pending = false;
+    return true;
+}
+
+/* host-cpus=pinned: what can be known and checked before the first run */
+static bool placement_init_as_pinned(HPKVMState *s, unsigned cpus,
+                                     unsigned max_cpus, Error **errp)
+{
+    HpkvmCpuSet none;
+
+    if (max_cpus > cpus) {
+        error_setg(errp, "hpkvm: host-cpus=pinned takes the cores the vCPUs "
+                   "are pinned to when the guest first runs, and "
+                   "hot-pluggable vCPUs (-smp cpus=%u,maxcpus=%u) have "
+                   "none", cpus, max_cpus);
+        error_append_hint(errp, "List the cores in host-cpus=, or drop "
+                          "maxcpus.\n");
+        return false;
+    }
+    if (cpr_is_incoming()) {
+        error_setg(errp, "hpkvm: host-cpus=pinned cannot take over the "
+                   "leases of a CPR hand-over");
+        error_append_hint(errp, "Give the new QEMU the cores its vCPUs "
+                          "have in host-cpus= (query-hpkvm of the old "
+                          "one lists them).\n");
+        return false;
+    }
+    placement_alloc_vcpus(s, max_cpus);
+    s->cores_pending = true;
+    hpkvm_cpuset_clear(&none);
+    s->isolation = hpkvm_isolate_report_off(&s->host, &none,
+                                            s->dynamic_isolation,
+                                            "host-cpus=pinned: the host is "
+                                            "isolated when the guest first "
+                                            "runs");
+    return true;
+}
+
+bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
+                          Error **errp)
 {
     HpkvmCpuSet cores;
 
@@ -512,20 +642,26 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned max_cpus, Error **errp)
                                                 "have no cores of their own");
         return true;
     }
-    if (!check_placement(s, max_cpus, &cores, errp)) {
+    if (!strcmp(s->host_cpus_opt, HOST_CPUS_PINNED)) {
+        if (!placement_init_as_pinned(s, cpus, max_cpus, errp)) {
+            return false;
+        }
+    } else if (!check_placement(s, s->host_cpus_opt, max_cpus, &cores,
+                                errp)) {
         return false;
     }
 
     s->leases = g_new0(HpkvmLeases, 1);
     hpkvm_leases_init(s->leases);
-    if (!placement_lease(s, &cores, errp)) {
+    if (!s->cores_pending && !placement_lease(s, &cores, errp)) {
         return false;
     }
     s->exit_notifier.notify = placement_exit;
     qemu_add_exit_notifier(&s->exit_notifier);
     s->vm_state_entry = qemu_add_vm_change_state_handler(
         placement_vm_state_change, s);
-    if (hpkvm_get_affinity(0, &s->start_affinity)) {
+    /* host-cpus=pinned: no housekeeping cores known yet. */
+    if (!s->cores_pending && hpkvm_get_affinity(0, &s->start_affinity)) {
         s->threads_pinned = true;
         pin_other_threads(s, AT_START, NULL);
     }
@@ -621,7 +757,7 @@ void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info)
             }
         }
     }
-    if (!s->leases) {
+    if (!s->leases || s->cores_pending) {
         return;
     }
     info->host_cpus = hpkvm_cpuset_format(&s->leases->held);

@@ -340,6 +340,7 @@ CPU_LISTS = [
     "1--2", "0x1", "01", " 1 ", "\t1\n", ",", ",1", "1,", ",,", "1,,2", "a",
     "", "１", "1-1-1", "1,a", "0-1,1-0", "18446744073709551615",
     "18446744073709551616", "9" * 400, ",".join(["1"] * 5000),
+    "pinned", "Pinned", "pinned,1", "pinned-1",
 ]
 INTS = [
     "0", "1", "-1", "2", "3", "4096", "65535", "65536", "2147483647",
@@ -822,6 +823,8 @@ class NetCtx:
             "downscript": ["no", p("ok.sh"), p("fail.sh"), p("plain.sh"),
                            p("nonexistent")],
             "fd": ["0", "1", "2", "3", "99999", "-1", "4294967296", "fd0"],
+            "vhostfd": ["0", "1", "2", "3", "99999", "-1", "4294967296",
+                        "vhost0"],
             "vhost-user-chardev": ["cnull", "cfile", "nope", "n0"],
             "vhost-user-socket": [p("stale.sock"), p("nonexistent"),
                                   p("vu.sock,server=on,wait=off"),

@@ -42,6 +42,9 @@ def refusals_name_the_core_and_the_fix():
                                "0-3)"),
             ("host-cpus=3", 1, "host core 3 is offline: bring it online"),
             ("host-cpus=1", 2, "host-cpus=1 lists 1 host core for 2 vCPUs"),
+            ("host-cpus=pinned", "1,maxcpus=2", "host-cpus=pinned takes "
+             "the cores the vCPUs are pinned to when the guest first runs, "
+             "and hot-pluggable vCPUs (-smp cpus=1,maxcpus=2) have none"),
             ("host-cpus=1,smp-unused=1", 1, "Property 'hpkvm-accel."
                                             "smp-unused' not found"),
             ("host-cpus=0-1", 1, "leaves no online core for QEMU's other "

@@ -260,8 +260,9 @@ def hpkvm_inputs(build):
     for name in ("hpkvm-guest.elf",):
         files.append((f"hpkvm/guests/{name}",
                       os.path.join(build, "tests/hpkvm/guest", name)))
-    files.append(("hpkvm/bin/qmp-exec",
-                  os.path.join(build, "tests/hpkvm/nested-host/qmp-exec")))
+    for tool in ("qmp-exec", "tap-open"):
+        files.append((f"hpkvm/bin/{tool}",
+                      os.path.join(build, "tests/hpkvm/nested-host", tool)))
     # The contract's test against our KVM (kvm/).
     files.append(("hpkvm/bin/hpkvm-contract-test",
                   os.path.join(build, "tests/hpkvm/kernel",

@@ -838,10 +838,17 @@ def assert_undone_by_the_helper(output, before, label, log=None,
 
 # The vCPU thread of cpu-index $1 (from query-hpkvm), for taskset.
 PLACEMENT_LIB = r"""
+# vCPU $1's thread, from query-cpus-fast: it has the threads before
+# hpkvm places them (host-cpus=pinned), one object per vCPU from its
+# "thread-id" on (its props have one too, not after a brace).
 vcpu_tid() {
-    qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
-        grep -o '{[^{}]*"cpu-index": '$1'[,}][^{}]*' |
-        grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'
+    qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}' |
+        awk -F '[{]"thread-id": ' -v cpu=$1 '{
+            for (i = 2; i <= NF; i++)
+                if (index($i, "\"cpu-index\": " cpu ",")) {
+                    split($i, a, ","); print a[1]
+                }
+        }'
 }
 status() {
     qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' |
@@ -857,6 +864,12 @@ hmp_hotplug() {
     add="device_add host-x86_64-cpu,id=hot1,socket-id=0,core-id=1,thread-id=0"
     qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command",
         "arguments": {"command-line": "'"$add"'"}}'
+}
+# The manager's fix: thread $1 pinned to core $2, the VM reset and run.
+repin_reset_cont() {
+    taskset -p -c $2 $1 > /dev/null
+    qmp-exec /tmp/qmp.sock system_reset > /dev/null
+    guest_cont
 }
 # Cpus_allowed_list of QEMU's thread $1
 allowed() {
@@ -883,9 +896,7 @@ echo "pinned-cont: $(qmp-exec /tmp/qmp.sock cont)"
 echo "pinned-tid: $(allowed $tid)"
 echo "pinned-serial: $(cat /tmp/serial.log)"
 # Fixed by the manager, reset and run: checked again, and it runs.
-taskset -p -c 2 $tid > /dev/null
-qmp-exec /tmp/qmp.sock system_reset > /dev/null
-guest_cont
+repin_reset_cont $tid 2
 wait_serial
 echo "fixed: $(status)"
 # The hot-plugged vCPU's core (3) offline: device_add fails, guest runs.
@@ -921,6 +932,29 @@ echo "migrated: $(status)"
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
 echo "migrated-quit: $?"
+# host-cpus=pinned: hot-pluggable vCPUs have no pinning to take.
+timeout 30 qemu-system-x86_64 -machine pc -accel hpkvm,host-cpus=pinned \
+    -smp 1,maxcpus=2 -nodefaults -display none -kernel "$HPKVM_GUEST" \
+    2>&1 | sed 's/^/pinned-maxcpus: /'
+# Each vCPU takes the core it is pinned to at the first run; one left
+# unpinned, or two on one core, stop the VM until the pinning is fixed.
+guest_qemu -accel hpkvm,host-cpus=pinned,housekeeping-cpus=0-1 -cpu host \
+    -append hold 2>> /tmp/qemu.err || exit 1
+echo "as-pinned-paused: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+t0=$(vcpu_tid 0); t1=$(vcpu_tid 1)
+taskset -p -c 3 $t0 > /dev/null
+guest_cont; sleep 1
+echo "unpinned: $(status)"
+repin_reset_cont $t1 3; sleep 1
+echo "shared: $(status)"
+repin_reset_cont $t1 2
+wait_serial
+echo "as-pinned: $(status)"
+echo "as-pinned-hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+echo "as-pinned-threads: $(allowed $t0) $(allowed $t1)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "as-pinned-quit: $?"
 sed 's/^/qemu-err: /' /tmp/qemu.err
 """ % {"accel": PLACEMENT_ACCEL}, cpus=4, kvm="stock")
     # On Debian's KVM: QEMU's own first-run check is what catches a vCPU
@@ -961,6 +995,32 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
         "leased to this VM" in one("migrated-add"), res.output
     assert one("migrated") == '"status": "postmigrate"', res.output
     assert one("migrated-quit") == "0", res.output
+
+    # host-cpus=pinned: the cores a manager pinned the vCPUs to, as pinned
+    # (vCPU 0 on core 3, vCPU 1 on core 2), once each has its own.
+    assert "hpkvm: host-cpus=pinned takes the cores the vCPUs are pinned " \
+        "to when the guest first runs, and hot-pluggable vCPUs (-smp " \
+        "cpus=1,maxcpus=2) have none" in one("pinned-maxcpus"), res.output
+    paused = json.loads(one("as-pinned-paused"))["return"]
+    assert "host-cpus" not in paused and "placement" not in paused, paused
+    assert not paused["isolation"]["active"], paused
+    assert one("unpinned") == '"status": "internal-error"', res.output
+    assert "hpkvm: host-cpus=pinned, but vCPU 1 may run on host cores " \
+        "0-3: it has no core of its own" in err, err
+    assert "Pin each vCPU to one core (libvirt's <vcpupin>" in err, err
+    assert one("shared") == '"status": "internal-error"', res.output
+    assert "hpkvm: host-cpus=pinned, but vCPUs 0 and 1 are both pinned " \
+        "to host core 3: each needs a core of its own" in err, err
+    assert one("as-pinned") == '"status": "running"', res.output
+    assert "hpkvm-guest: PASS cpus=2/2" in \
+        lines_with(res.output, "serial: ")[-1], res.output
+    hp = json.loads(one("as-pinned-hpkvm"))["return"]
+    assert hp["host-cpus"] == "2-3" and hp["housekeeping-cpus"] == "0-1", hp
+    assert [(p["cpu-index"], p["host-cpu"]) for p in hp["placement"]] == \
+        [(0, 3), (1, 2)], hp
+    assert one("as-pinned-threads") == \
+        "Cpus_allowed_list:3 Cpus_allowed_list:2", res.output
+    assert one("as-pinned-quit") == "0", res.output
 
 
 def helper_restart_payload(body):
@@ -1193,6 +1253,9 @@ vm_quit() {
 # libvirt in the nested host (run(libvirt=True)): its daemons started
 # as Debian's units would, with /etc/libvirt as the packages ship it;
 # /dev/kvm root:kvm 0660 as Debian's udev rules make it.
+# Frames the libvirt domain's guest sends through its hpnet interface.
+FRAMES = 8
+
 LIBVIRT_LIB = r"""
 virsh() {
     command virsh -c qemu:///system "$@"
@@ -1222,6 +1285,11 @@ libvirt_stuck() {
         tr '\n' ' ' | sed 's/^/stuck: registers /'
     echo
 }
+# A QMP command through libvirt: virsh succeeds on QEMU's errors too.
+monitor() {
+    out=$(virsh qemu-monitor-command "$@") && ! echo "$out" | grep -q '"error"' ||
+        { echo "monitor-error: $out"; return 1; }
+}
 # The pid of domain $1's QEMU, once libvirt has written it.
 domain_pid() {
     cat /run/libvirt/qemu/$1.pid
@@ -1236,8 +1304,15 @@ def libvirt_as_shipped_runs_hpkvm_unprivileged_and_the_host_is_restored():
     as "make install" installs it, under -accel hpkvm: the
     helper leases its core to libvirt-qemu as the policy allows, the
     vCPU runs there with the host isolated, and the host is as before
-    after "virsh destroy" and after a SIGKILL of its QEMU."""
-    accel = "hpkvm,host-cpus=2,housekeeping-cpus=0-1,dynamic-isolation=on"
+    after "virsh destroy" and after a SIGKILL of its QEMU.  The first
+    start takes its core as <vcpupin> pinned it (host-cpus=pinned), the
+    second has it listed (host-cpus=2).  Its hpnet
+    interface is a tap and a vhost-net device passed open through
+    libvirt's monitor (the domain started paused), as libvirt hands
+    over its own taps: QEMU opens neither, and hpnet runs vhost-net."""
+    accel = "hpkvm,host-cpus=%s,housekeeping-cpus=0-1,dynamic-isolation=on"
+    emulator = os.path.join(image.installed_bindir(build_dir()),
+                            "qemu-system-x86_64")
     res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + LIBVIRT_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 # The controllers systemd enables at boot on a real host (libvirt enables
@@ -1251,11 +1326,27 @@ echo "qemu-conf: $(grep -c '^[a-z_]* *=' /etc/libvirt/qemu.conf)"
 cat > /tmp/g.xml << 'XML'
 %(xml)s
 XML
+cat > /tmp/g-listed.xml << 'XML'
+%(xml_listed)s
+XML
 virsh define /tmp/g.xml > /dev/null || exit 1
 snap before
-virsh start g > /dev/null ||
+virsh start --paused g > /dev/null ||
     { tail -n 20 /var/log/libvirt/qemu/g.log | sed 's/^/qemu-log: /'; exit 1; }
 pid=$(domain_pid g)
+echo "qemu-dev: $(ls /proc/$pid/root/dev | tr '\n' ' ')"
+# hpnet's tap and vhost-net device, opened here (root) and passed by name.
+tap-open hptap0 3 virsh qemu-monitor-command g --pass-fds 3 \
+    '{"execute": "getfd", "arguments": {"fdname": "tap0"}}' > /dev/null &&
+monitor g --pass-fds 4 \
+    '{"execute": "getfd", "arguments": {"fdname": "vhost0"}}' \
+    4<> /dev/vhost-net &&
+monitor g '{"execute": "netdev_add", "arguments":
+    {"type": "hpnet", "id": "n0", "fd": "tap0", "vhostfd": "vhost0"}}' &&
+monitor g '{"execute": "device_add", "arguments":
+    {"driver": "virtio-net-pci", "netdev": "n0", "id": "net0",
+     "romfile": ""}}' || exit 1
+virsh resume g > /dev/null || exit 1
 echo "qemu-pid: $pid"
 echo "qemu-exe: $(readlink /proc/$pid/exe)"
 echo "ids: $(grep '^[UG]id\|^Groups' /proc/$pid/status | tr -s '\t\n' '  ')"
@@ -1264,18 +1355,25 @@ for t in /proc/$pid/task/*; do
     echo "thread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
 done
 i=0
-until grep -q 'hpkvm-guest: ' /tmp/g.serial 2> /dev/null; do
+until grep -qE 'hpkvm-guest: (PASS|FAIL)' /tmp/g.serial 2> /dev/null; do
     sleep 0.2; i=$((i + 1))
     if [ $i -gt 600 ]; then
         libvirt_stuck g
         break
     fi
 done
-echo "serial-g: $(cat /tmp/g.serial)"
+echo "serial-g: $(tr '\n' ' ' < /tmp/g.serial)"
+echo "hpnet: $(virsh qemu-monitor-command g '{"execute": "query-hpnet"}')"
+echo "tap-rx: $(cat /sys/class/net/hptap0/statistics/rx_packets)"
 snap during
 virsh destroy g > /dev/null
 echo "destroyed-undone-in: $(wait_host_undone 30)"
+ip link show hptap0 > /dev/null 2>&1 && echo "tap-after-destroy: present" ||
+    echo "tap-after-destroy: gone"
 snap destroyed
+# Again with the core listed in host-cpus= rather than taken as pinned.
+virsh undefine g > /dev/null && virsh define /tmp/g-listed.xml > /dev/null ||
+    exit 1
 virsh start g > /dev/null || exit 1
 pid=$(domain_pid g)
 i=0
@@ -1295,10 +1393,13 @@ snap killed
 virsh undefine g > /dev/null
 sed 's/^/helper-log: /' $HELPER_LOG
 """ % {"xml": domain_xml(
-        "g", emulator=os.path.join(image.installed_bindir(build_dir()),
-                                   "qemu-system-x86_64"),
-        kernel="/hpkvm/guests/hpkvm-guest.elf", serial="/tmp/g.serial",
-        vcpupin="2", emulatorpin="0-1", accel=accel)},
+        "g", emulator=emulator, kernel="/hpkvm/guests/hpkvm-guest.elf",
+        serial="/tmp/g.serial", vcpupin="2", emulatorpin="0-1",
+        accel=accel % "pinned", cmdline=f"vnet={FRAMES} hold"),
+        "xml_listed": domain_xml(
+        "g", emulator=emulator, kernel="/hpkvm/guests/hpkvm-guest.elf",
+        serial="/tmp/g.serial", vcpupin="2", emulatorpin="0-1",
+        accel=accel % "2")},
         cpus=4, libvirt=True, installed=True)
     print_without_snaps(res.output)
     assert res.status == 0, res.output
@@ -1318,12 +1419,25 @@ sed 's/^/helper-log: /' $HELPER_LOG
             assert allowed == "Cpus_allowed_list:2", (tid, allowed)
     serial = lines_with(res.output, "serial-g: ")[0]
     assert "hpkvm-guest: PASS" in serial, serial
-    assert lines_with(res.output, "qemu-exe: ") == [os.path.join(
-        image.installed_bindir(build_dir()), "qemu-system-x86_64")], \
-        res.output
-    pid = lines_with(res.output, "qemu-pid: ")[0]
-    assert f"pid {pid} (uid 64055): host cores 2 leased, isolation on" \
-        in res.output, res.output
+    # libvirt's /dev for QEMU has neither /dev/net/tun nor /dev/vhost-net:
+    # the netdev runs on what was passed.
+    dev = lines_with(res.output, "qemu-dev: ")[0].split()
+    assert "kvm" in dev and "net" not in dev and "vhost-net" not in dev, dev
+    (net,) = json.loads(lines_with(res.output, "hpnet: ")[0])["return"]
+    assert net["backend"] == "vhost-net" and net["vhost-started"], net
+    assert net["candidates"][0] == {
+        "backend": "vhost-net", "available": True, "taken": True,
+        "reason": "tap fd= given and vhostfd= given"}, net
+    assert f"vnet: sent {FRAMES} frames" in serial, serial
+    assert int(lines_with(res.output, "tap-rx: ")[0]) >= FRAMES, res.output
+    assert lines_with(res.output, "tap-after-destroy: ") == ["gone"], \
+        "the tap outlived its QEMU"
+    assert lines_with(res.output, "qemu-exe: ") == [emulator], res.output
+    # Both starts leased core 2: as pinned by <vcpupin>, then as listed.
+    for pid in (lines_with(res.output, "qemu-pid: ")[0],
+                lines_with(res.output, "killed-pid: ")[0]):
+        assert f"pid {pid} (uid 64055): host cores 2 leased, isolation " \
+            "on" in res.output, res.output
     before = snapshot(res.output, "before")
     assert libvirt_restored(before, snapshot(res.output, "during")), \
         "the host was not isolated"
