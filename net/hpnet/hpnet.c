@@ -48,6 +48,7 @@ typedef struct HpnetState {
     HpnetCandidateList *candidates;
     char *vf;
     char *standby;
+    bool vhostfd_taken;         /* vhostfd= handed to tap, or closed */
     QTAILQ_ENTRY(HpnetState) next;
 } HpnetState;
 
@@ -107,8 +108,34 @@ static bool hpnet_guest_ram_shared(void)
            any;
 }
 
-static int tap_backend(const NetdevHpnetOptions *o, const char *name,
-                       NetClientState *peer, bool vhost, Error **errp)
+/*
+ * vhostfd= goes once: to the tap of a backend with vhost-net, or closed
+ * unused by any other rather than kept open (or named in the monitor)
+ * for the VM's life.  A fallback to the next backend after either must
+ * not touch it: by then its number may be another file of QEMU's.
+ */
+static const char *hpnet_take_vhostfd(HpnetState *s,
+                                      const NetdevHpnetOptions *o, bool use)
+{
+    int fd;
+
+    if (!o->vhostfd || s->vhostfd_taken) {
+        return NULL;
+    }
+    s->vhostfd_taken = true;
+    if (use) {
+        return o->vhostfd;
+    }
+    fd = monitor_fd_param(monitor_cur(), o->vhostfd, NULL);
+    if (fd > STDERR_FILENO) {
+        close(fd);
+    }
+    return NULL;
+}
+
+static int tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
+                       const char *name, NetClientState *peer, bool vhost,
+                       Error **errp)
 {
     Netdev tap = {
         .id = (char *)name,
@@ -128,28 +155,8 @@ static int tap_backend(const NetdevHpnetOptions *o, const char *name,
     }
     t->has_vhost = true;
     t->vhost = vhost;
-    if (vhost) {
-        t->vhostfd = o->vhostfd;
-    }
+    t->vhostfd = (char *)hpnet_take_vhostfd(s, o, vhost);
     return net_init_tap(&tap, name, peer, errp);
-}
-
-/*
- * A backend without vhost-net leaves vhostfd= unused: close it rather
- * than keep the device open (or named in the monitor) for the VM's life.
- * One a failed vhost-net start already took is gone: nothing to close.
- */
-static void hpnet_drop_vhostfd(const NetdevHpnetOptions *o)
-{
-    int fd;
-
-    if (!o->vhostfd) {
-        return;
-    }
-    fd = monitor_fd_param(monitor_cur(), o->vhostfd, NULL);
-    if (fd > STDERR_FILENO) {
-        close(fd);
-    }
 }
 
 static int vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
@@ -218,16 +225,15 @@ static int create(HpnetState *s, const NetdevHpnetOptions *o,
 {
     switch (s->backend) {
     case HPNET_BACKEND_VIRTIO_NET:
-        hpnet_drop_vhostfd(o);
-        return tap_backend(o, name, peer, false, errp);
+        return tap_backend(s, o, name, peer, false, errp);
     case HPNET_BACKEND_VHOST_NET:
-        return tap_backend(o, name, peer, true, errp);
+        return tap_backend(s, o, name, peer, true, errp);
     case HPNET_BACKEND_VHOST_USER:
-        hpnet_drop_vhostfd(o);
+        hpnet_take_vhostfd(s, o, false);
         return vhost_user_backend(o, name, peer, errp);
     case HPNET_BACKEND_SRIOV:
         /* The standby's data path: the kernel's where the host has it. */
-        if (tap_backend(o, name, peer,
+        if (tap_backend(s, o, name, peer,
                         probes[HPNET_BACKEND_VHOST_NET].available,
                         errp) < 0) {
             return -1;

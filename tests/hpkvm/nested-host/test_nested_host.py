@@ -1313,6 +1313,9 @@ def libvirt_as_shipped_runs_hpkvm_unprivileged_and_the_host_is_restored():
     accel = "hpkvm,host-cpus=%s,housekeeping-cpus=0-1,dynamic-isolation=on"
     emulator = os.path.join(image.installed_bindir(build_dir()),
                             "qemu-system-x86_64")
+    domain = {"name": "g", "emulator": emulator,
+              "kernel": "/hpkvm/guests/hpkvm-guest.elf",
+              "serial": "/tmp/g.serial", "vcpupin": "2", "emulatorpin": "0-1"}
     res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + LIBVIRT_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 # The controllers systemd enables at boot on a real host (libvirt enables
@@ -1392,14 +1395,9 @@ echo "undone-in: $(wait_host_undone 30)"
 snap killed
 virsh undefine g > /dev/null
 sed 's/^/helper-log: /' $HELPER_LOG
-""" % {"xml": domain_xml(
-        "g", emulator=emulator, kernel="/hpkvm/guests/hpkvm-guest.elf",
-        serial="/tmp/g.serial", vcpupin="2", emulatorpin="0-1",
-        accel=accel % "pinned", cmdline=f"vnet={FRAMES} hold"),
-        "xml_listed": domain_xml(
-        "g", emulator=emulator, kernel="/hpkvm/guests/hpkvm-guest.elf",
-        serial="/tmp/g.serial", vcpupin="2", emulatorpin="0-1",
-        accel=accel % "2")},
+""" % {"xml": domain_xml(accel=accel % "pinned",
+                             cmdline=f"vnet={FRAMES} hold", **domain),
+        "xml_listed": domain_xml(accel=accel % "2", **domain)},
         cpus=4, libvirt=True, installed=True)
     print_without_snaps(res.output)
     assert res.status == 0, res.output
