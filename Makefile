@@ -7,6 +7,8 @@
 #   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
 #   make install  install QEMU, its firmware, hpkvm's tools and the
 #               helper's systemd units (./configure --prefix=, DESTDIR=)
+#   make deb    a Debian package of what "make install" installs
+#               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
 #   make kvm    our reference KVM (kvm/) for the nested test host's kernel
 #   make clean  remove build/
 
@@ -30,6 +32,9 @@ RUN_TARGETS := qemu-system-x86_64 \
 	accel/hpkvm/qemu-hpkvm-recover \
 	accel/hpkvm/qemu-hpkvm-helper \
 	accel/hpkvm/qemu-hpkvm-check
+# What "make install" installs beyond what "make" builds: the trace
+# events file, QEMU's manual and the man pages (QEMU's and our tools').
+INSTALL_TARGETS := trace/trace-events-all html man
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
@@ -46,9 +51,9 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/hpkvm/nested-host/tap-open \
 	tests/hpkvm/kernel/hpkvm-contract-test \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge \
-	trace/trace-events-all
+	$(INSTALL_TARGETS)
 
-.PHONY: all build configure run check bench install kvm clean
+.PHONY: all build configure run check bench install deb kvm clean
 
 all: build
 
@@ -80,12 +85,15 @@ bench: build
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
 
-# QEMU's own install of what "make" builds (meson install: relocatable,
-# so a DESTDIR tree runs where it lies); the trace events file QEMU
-# installs is its only input "make" does not build.
+# QEMU's own install of what "make" builds and INSTALL_TARGETS (meson
+# install: relocatable, so a DESTDIR tree runs where it lies).
 install: build
-	ninja -C $(BUILD) trace/trace-events-all
+	ninja -C $(BUILD) $(INSTALL_TARGETS)
 	$(BUILD)/pyvenv/bin/meson install -C $(BUILD) --no-rebuild --quiet $(if $(DESTDIR),--destdir "$(abspath $(DESTDIR))")
+
+deb: build
+	ninja -C $(BUILD) $(INSTALL_TARGETS)
+	@scripts/hpkvm/build-deb.sh $(BUILD) build/deb
 
 # The nested test host builds it itself when it boots; this is for
 # working on the series.

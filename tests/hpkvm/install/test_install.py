@@ -25,6 +25,7 @@ PREFIX = os.environ.get("HPKVM_PREFIX", "/usr/local")
 BINDIR = os.path.join(PREFIX, os.environ.get("HPKVM_BINDIR", "bin"))
 DATADIR = os.path.join(PREFIX, "share", "qemu")
 UNITDIR = os.path.join(PREFIX, "lib", "systemd", "system")
+MANDIR = os.path.join(PREFIX, os.environ.get("HPKVM_MANDIR", "share/man"))
 RUN_GUEST = os.path.join(HERE, "../../../scripts/hpkvm/run-guest.py")
 PROTO_H = os.path.join(HERE, "../../../accel/hpkvm/hpkvm-helper-proto.h")
 TOOLS = ("qemu-hpkvm-helper", "qemu-hpkvm-recover", "qemu-hpkvm-check")
@@ -37,9 +38,10 @@ def installed(path):
     return ROOT + path
 
 
-def run_guest(seconds=60):
-    """run-guest.py with the installed QEMU; its guest within @seconds."""
-    qemu = installed(os.path.join(BINDIR, "qemu-system-x86_64"))
+def run_guest(seconds=60, root=None):
+    """run-guest.py with the QEMU installed below @root (the test's
+    DESTDIR by default); its guest within @seconds."""
+    qemu = (root or ROOT) + os.path.join(BINDIR, "qemu-system-x86_64")
     return subprocess.run([sys.executable, RUN_GUEST, qemu,
                            os.path.abspath(hostlib.GUEST), str(seconds),
                            "-accel", "tcg", "-cpu", "max", "-smp", "2",
@@ -89,6 +91,37 @@ def the_installed_tools_run():
             (tool, res.returncode, res.stdout, res.stderr)
 
 
+def help_options(tool):
+    """The long options @tool's --help lists."""
+    res = subprocess.run([installed(os.path.join(BINDIR, tool)), "--help"],
+                         capture_output=True, text=True, timeout=30)
+    return set(re.findall(r"--[a-z][a-z-]*", res.stdout + res.stderr))
+
+
+@tests.case
+def each_tool_has_a_man_page_naming_every_option_of_its_help():
+    # Section 8, as QEMU's qemu-pr-helper; built by Sphinx from the
+    # tools' pages in docs/system.  A man page that lacks an option the
+    # tool takes (or names it differently) fails.
+    for tool in TOOLS:
+        page = installed(os.path.join(MANDIR, "man8", tool + ".8"))
+        assert os.path.exists(page), f"{page} not installed"
+        with open(page) as f:
+            roff = f.read()
+        title = re.search(r'^\.TH "([^"]+)" "(\d)"', roff, re.M)
+        assert title and title.groups() == (tool.upper(), "8"), \
+            (page, roff[:300])
+        # roff writes a hyphen as "\-" and Sphinx an option as \fB...\fP.
+        text = roff.replace("\\-", "-")
+        options = help_options(tool)
+        assert options, (tool, "--help lists no option")
+        missing = [o for o in sorted(options) if o not in text]
+        assert not missing, f"{tool}.8 lacks {missing}"
+    # QEMU's own page comes with it.
+    assert os.path.exists(installed(os.path.join(MANDIR, "man1",
+                                                 "qemu.1")))
+
+
 def unit(name):
     with open(installed(os.path.join(UNITDIR, name))) as f:
         return f.read()
@@ -127,6 +160,63 @@ def the_installed_units_start_the_installed_helper_on_qemus_socket():
                              capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and not res.stderr.strip(), \
         res.stdout + res.stderr
+
+
+BUILD_DEB = os.path.join(HERE, "../../../scripts/hpkvm/build-deb.sh")
+PACKAGED_UNITDIR = "/lib/systemd/system"
+
+
+def dpkg(root, *args):
+    """dpkg on the root file system @root (dpkg --root), as an operator's
+    dpkg would run, but with the maintainer scripts run here (they leave
+    systemd alone under DPKG_ROOT) and on a root that has none of the
+    dependencies installed."""
+    return subprocess.run(["dpkg", f"--root={root}", "--force-not-root",
+                           "--force-script-chrootless", "--force-depends",
+                           "--log=/dev/null", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def files_below(root):
+    return {"/" + os.path.relpath(os.path.join(d, f), root)
+            for d, _, names in os.walk(root) for f in names}
+
+
+@tests.case
+def the_debian_package_installs_what_make_install_does_runs_and_goes():
+    with tempfile.TemporaryDirectory(prefix="hpkvm-deb-") as tmp:
+        res = subprocess.run([BUILD_DEB, BUILD, os.path.join(tmp, "out")],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        deb = res.stdout.strip()
+        fields = subprocess.run(["dpkg-deb", "--field", deb, "Package",
+                                 "Depends"], capture_output=True, text=True,
+                                check=True).stdout
+        assert "Package: qemu-hpkvm" in fields, fields
+        # From the binaries themselves (dpkg-shlibdeps), and the firmware.
+        for dep in ("libglib2.0-0", "libc6", "seabios", "ipxe-qemu"):
+            assert dep in fields, (dep, fields)
+        # A root with an empty dpkg database.
+        root = os.path.join(tmp, "root")
+        os.makedirs(os.path.join(root, "var/lib/dpkg/info"))
+        os.makedirs(os.path.join(root, "var/lib/dpkg/updates"))
+        open(os.path.join(root, "var/lib/dpkg/status"), "w").close()
+        res = dpkg(root, "--install", deb)
+        assert res.returncode == 0, res.stdout + res.stderr
+        # What make install installs, the units where packages put them.
+        want = {p if not p.startswith(UNITDIR + "/") else
+                PACKAGED_UNITDIR + p[len(UNITDIR):]
+                for p in files_below(ROOT)}
+        got = {p for p in files_below(root) if not p.startswith("/var/")}
+        assert got == want, (sorted(got - want), sorted(want - got))
+        # The installed package runs where dpkg put it.
+        res = run_guest(root=root)
+        assert "hpkvm-guest: PASS cpus=2/2" in res.stdout, \
+            res.stdout + res.stderr
+        res = dpkg(root, "--purge", "qemu-hpkvm")
+        assert res.returncode == 0, res.stdout + res.stderr
+        left = {p for p in files_below(root) if not p.startswith("/var/")}
+        assert not left, sorted(left)
 
 
 def main():

@@ -381,6 +381,9 @@ def build_installed(build, out):
                            + (r.stdout + r.stderr)[-2000:])
     w = NewcWriter()
     for host in _walk_files(root):
+        # The manual and the man pages (22 MB) are of no use inside.
+        if "/share/doc/" in host or "/share/man/" in host:
+            continue
         w.add_file(os.path.relpath(host, root), host,
                    0o755 if os.access(host, os.X_OK) else 0o644)
     # What the installed QEMU depends on, as their packages install it:
