@@ -1306,7 +1306,8 @@ def libvirt_as_shipped_runs_hpkvm_unprivileged_and_the_host_is_restored():
     vCPU runs there with the host isolated, and the host is as before
     after "virsh destroy" and after a SIGKILL of its QEMU.  The first
     start takes its core as <vcpupin> pinned it (host-cpus=pinned), the
-    second has it listed (host-cpus=2).  Its hpnet
+    second has it listed (host-cpus=2), and after the SIGKILL the domain
+    starts again (the operator's restart after a crash).  Its hpnet
     interface is a tap and a vhost-net device passed open through
     libvirt's monitor (the domain started paused), as libvirt hands
     over its own taps: QEMU opens neither, and hpnet runs vhost-net."""
@@ -1333,6 +1334,17 @@ cat > /tmp/g-listed.xml << 'XML'
 %(xml_listed)s
 XML
 virsh define /tmp/g.xml > /dev/null || exit 1
+# Until the guest printed its result line (or 120 s).
+guest_result() {
+    i=0
+    until grep -qE 'hpkvm-guest: (PASS|FAIL)' /tmp/g.serial 2> /dev/null; do
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 600 ]; then
+            libvirt_stuck g
+            break
+        fi
+    done
+}
 snap before
 virsh start --paused g > /dev/null ||
     { tail -n 20 /var/log/libvirt/qemu/g.log | sed 's/^/qemu-log: /'; exit 1; }
@@ -1357,14 +1369,7 @@ echo "hpkvm: $(virsh qemu-monitor-command g '{"execute": "query-hpkvm"}')"
 for t in /proc/$pid/task/*; do
     echo "thread ${t##*/} $(grep Cpus_allowed_list $t/status | tr -d '\t')"
 done
-i=0
-until grep -qE 'hpkvm-guest: (PASS|FAIL)' /tmp/g.serial 2> /dev/null; do
-    sleep 0.2; i=$((i + 1))
-    if [ $i -gt 600 ]; then
-        libvirt_stuck g
-        break
-    fi
-done
+guest_result
 echo "serial-g: $(tr '\n' ' ' < /tmp/g.serial)"
 echo "hpnet: $(virsh qemu-monitor-command g '{"execute": "query-hpnet"}')"
 echo "tap-rx: $(cat /sys/class/net/hptap0/statistics/rx_packets)"
@@ -1391,8 +1396,20 @@ until [ "$(virsh domstate g)" = "shut off" ] || [ $i -gt 300 ]; do
     sleep 0.2; i=$((i + 1))
 done
 echo "state-after-kill: $(virsh domstate g)"
+echo "reason-after-kill: $(virsh domstate --reason g)"
 echo "undone-in: $(wait_host_undone 30)"
 snap killed
+# The operator starts the crashed domain again: its core is free at once.
+: > /tmp/g.serial
+virsh start g > /dev/null || exit 1
+pid=$(domain_pid g)
+echo "restarted-pid: $pid"
+guest_result
+echo "serial-restarted: $(tr '\n' ' ' < /tmp/g.serial)"
+echo "hpkvm-restarted: $(virsh qemu-monitor-command g '{"execute": "query-hpkvm"}')"
+virsh destroy g > /dev/null
+echo "restarted-undone-in: $(wait_host_undone 30)"
+snap restarted
 virsh undefine g > /dev/null
 sed 's/^/helper-log: /' $HELPER_LOG
 """ % {"xml": domain_xml(accel=accel % "pinned",
@@ -1443,8 +1460,21 @@ sed 's/^/helper-log: /' $HELPER_LOG
     assert not diff, "not restored after destroy: " + "; ".join(diff)
     assert lines_with(res.output, "state-after-kill: ") == ["shut off"], \
         res.output
+    assert lines_with(res.output, "reason-after-kill: ") == \
+        ["shut off (crashed)"], res.output
     assert_undone_by_the_helper(res.output, before, "killed",
                                 diff=libvirt_restored)
+    # Started again after the crash: on its core, isolated, then restored.
+    restarted = lines_with(res.output, "restarted-pid: ")[0]
+    assert f"pid {restarted} (uid 64055): host cores 2 leased, " \
+        "isolation on" in res.output, res.output
+    serial = lines_with(res.output, "serial-restarted: ")[0]
+    assert "hpkvm-guest: PASS" in serial, serial
+    hp = json.loads(lines_with(res.output, "hpkvm-restarted: ")[0])["return"]
+    assert hp["host-cpus"] == "2" and hp["isolation"]["active"], hp
+    diff = libvirt_restored(before, snapshot(res.output, "restarted"))
+    assert not diff, "not restored after the restart's destroy: " + \
+        "; ".join(diff)
 
 
 def libvirt_restored(before, after):
