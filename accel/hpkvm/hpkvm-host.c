@@ -11,6 +11,7 @@
 #include "qemu/ctype.h"
 #include "qapi/error.h"
 #include "hpkvm-host.h"
+#include "hpkvm-host-fake.h"
 
 /* include/linux/sched.h */
 #define PF_KTHREAD              0x00200000
@@ -225,44 +226,20 @@ static int host_write_once(const HpkvmHost *h, const char *path, int flags,
 
 int hpkvm_host_write(const HpkvmHost *h, const char *path, const char *text)
 {
-    return host_write_once(h, path, O_TRUNC, text);
+    int ret = h->real ? 0 : hpkvm_host_fake_check_write(h, path, text);
+
+    return ret < 0 ? ret : host_write_once(h, path, O_TRUNC, text);
 }
 
 int hpkvm_host_append(const HpkvmHost *h, const char *path, const char *text)
 {
     g_autofree char *line = g_strdup_printf("%s\n", text);
+    int ret = host_write_once(h, path, O_APPEND, line);
 
-    return host_write_once(h, path, O_APPEND, line);
-}
-
-/*
- * What cgroupfs gives a new cgroup: in a fake tree, the plain files that
- * stand for them are made with the cgroup, and removed with it.
- */
-static void host_fake_cgroup_files(int parent, const char *name,
-                                   bool create)
-{
-    static const char *const files[] = {
-        "cgroup.procs", "cpuset.cpus", "cpuset.mems",
-    };
-    int dfd = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW |
-                     O_CLOEXEC);
-    int i, fd;
-
-    for (i = 0; dfd >= 0 && i < ARRAY_SIZE(files); i++) {
-        if (!create) {
-            unlinkat(dfd, files[i], 0);
-            continue;
-        }
-        fd = openat(dfd, files[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                    0644);
-        if (fd >= 0) {
-            close(fd);
-        }
+    if (ret == 0 && !h->real) {
+        hpkvm_host_fake_appended(h, path, text);
     }
-    if (dfd >= 0) {
-        close(dfd);
-    }
+    return ret;
 }
 
 int hpkvm_host_mkdir(const HpkvmHost *h, const char *path)
@@ -277,7 +254,7 @@ int hpkvm_host_mkdir(const HpkvmHost *h, const char *path)
     if (mkdirat(dfd, name, 0755) < 0) {
         ret = -errno;
     } else if (!h->real) {
-        host_fake_cgroup_files(dfd, name, true);
+        hpkvm_host_fake_cgroup_files(dfd, name, true);
     }
     close(dfd);
     return ret;
@@ -292,12 +269,16 @@ int hpkvm_host_rmdir(const HpkvmHost *h, const char *path)
     if (dfd < 0) {
         return dfd == -ENOENT ? 0 : dfd;
     }
+    ret = h->real ? 0 : hpkvm_host_fake_check_rmdir(h, path);
+    if (ret < 0) {
+        goto out;
+    }
     if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) {
         goto out;
     }
     ret = -errno;
     if (ret == -ENOTEMPTY && !h->real) {
-        host_fake_cgroup_files(dfd, name, false);
+        hpkvm_host_fake_cgroup_files(dfd, name, false);
         ret = unlinkat(dfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
     }
 out:

@@ -84,11 +84,17 @@ static void narrowed(const Reconcile *r, const HpkvmCpuSet *orig,
 static bool change_file(Reconcile *r, const char *path, const char *orig,
                         const char *value, int *ret, Error **errp)
 {
+    bool first = !hpkvm_journal_original(r->j, HPKVM_UNDO_WRITE, path);
+
     if (!hpkvm_journal_record(r->j, HPKVM_UNDO_WRITE, path, orig, errp)) {
         return false;
     }
     *ret = hpkvm_host_write(r->h, path, value);
     trace_hpkvm_isolate_write(path, value, *ret);
+    /* Refused, the file as it was: the record goes where a retry is. */
+    if (*ret < 0 && first) {
+        hpkvm_journal_forget(r->j, HPKVM_UNDO_WRITE, path);
+    }
     return true;
 }
 

@@ -501,6 +501,32 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     return true;
 }
 
+bool hpkvm_journal_forget(HpkvmJournal *j, HpkvmUndo kind, const char *key)
+{
+    g_autofree char *k = journal_index_key(kind, key);
+    JournalEntry *e;
+    Error *err = NULL;
+
+    if (!j->entries->len) {
+        return false;
+    }
+    e = g_ptr_array_index(j->entries, j->entries->len - 1);
+    if (e->kind != kind || strcmp(e->key, key)) {
+        return false;
+    }
+    g_ptr_array_steal_index(j->entries, j->entries->len - 1);
+    g_hash_table_remove(j->originals, k);
+    if (!journal_rewrite(j, &err)) {
+        g_ptr_array_add(j->entries, e);
+        g_hash_table_insert(j->originals, g_steal_pointer(&k), e->old);
+        error_free(err);
+        return false;
+    }
+    trace_hpkvm_journal_forget(kind, key);
+    journal_entry_free(e);
+    return true;
+}
+
 char *hpkvm_journal_task_key(pid_t pid, pid_t tid, uint64_t start)
 {
     return g_strdup_printf("%d/%d:%" PRIu64, pid, tid, start);

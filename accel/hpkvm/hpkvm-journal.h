@@ -55,6 +55,17 @@ const char *hpkvm_journal_original(HpkvmJournal *j, HpkvmUndo kind,
  */
 bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
                           const char *old, Error **errp);
+/*
+ * Take back the newest record, of @key, when the change it preceded
+ * changed nothing (the kernel refused it): a record stands where the
+ * change was made, and replay undoes newest first, so a record left
+ * from a refused first try would be undone in the wrong place once a
+ * later try succeeds (cgroup v1 wants parents widened before their
+ * children).  False, and the record kept, if it is not the newest or
+ * the journal cannot be rewritten; a record of nothing changed is
+ * harmless to undo.
+ */
+bool hpkvm_journal_forget(HpkvmJournal *j, HpkvmUndo kind, const char *key);
 
 /*
  * Undo every change, newest first.  What could not be undone stays in

@@ -116,7 +116,8 @@ static char *cg_path(Fixture *f, const char *rel)
 
 /*
  * Four cores; three IRQs, one of them (11) only on core 2; a user task
- * in the root cgroup (100) and one in /machine (101); kthreadd (2), a
+ * in the root cgroup (100) and one in /machine (101); cgroups /machine,
+ * /machine/vm1 (on cores 2-3 only), /user and /user/a; kthreadd (2), a
  * per-CPU kthread on core 2 (20), an unbound workqueue worker (21).
  */
 static void make_host(Fixture *f, Flavour flavour)
@@ -170,6 +171,15 @@ static void make_host(Fixture *f, Flavour flavour)
         put(f, machine, flavour == CGROUP_V2 ? "\n" : "0-3\n");
         vm = cg_path(f, "/machine/vm1/cpuset.cpus");
         put(f, vm, "2-3\n");
+        /*
+         * A cgroup and its child on every core: on v1 the kernel takes
+         * the child narrowed before its parent, widened after it.
+         */
+        p = cg_path(f, "/user/cpuset.cpus");
+        put(f, p, flavour == CGROUP_V2 ? "\n" : "0-3\n");
+        g_free(p);
+        p = cg_path(f, "/user/a/cpuset.cpus");
+        put(f, p, flavour == CGROUP_V2 ? "\n" : "0-3\n");
     }
     put_task(f, 100, "sshd", 0, "0-3", "/");
     put_task(f, 101, "qemu-other", 0, "0-3", "/machine");
@@ -229,9 +239,13 @@ static HpkvmIsolation *reconcile(Fixture *f, const HpkvmLeaseMap *map,
         .leases = map,
     };
     HpkvmIsolation *rep;
+    guint i;
 
     hpkvm_cpuset_parse(report, &req.report_cores, "report", &error_abort);
     rep = hpkvm_isolate_reconcile(&req, failures, &error_abort);
+    for (i = 0; i < failures->len; i++) {
+        g_test_message("failure: %s", (char *)failures->pdata[i]);
+    }
     g_assert_cmpuint(failures->len, ==, 0);
     return rep;
 }
@@ -290,8 +304,14 @@ static void assert_original(Fixture *f)
     g_assert_cmpstr(sshd, ==, "0-3");
     g_assert_false(exists(f, "/run/hpkvm/host.journal"));
     if (f->flavour != NO_CPUSET) {
+        g_autofree char *user = cg_path(f, "/user/cpuset.cpus");
+        g_autofree char *user_a = cg_path(f, "/user/a/cpuset.cpus");
+        const char *all = f->flavour == CGROUP_V2 ? "" : "0-3";
+
         g_assert_false(exists(f, host));
-        assert_file(f, machine, f->flavour == CGROUP_V2 ? "" : "0-3");
+        assert_file(f, machine, all);
+        assert_file(f, user, all);
+        assert_file(f, user_a, all);
     }
     if (f->flavour == CGROUP_V2) {
         /* cgroupfs would take "-cpuset" back out of "cpu cpuset" */
@@ -337,6 +357,8 @@ static void assert_cpuset_isolated(Fixture *f, HpkvmIsolation *rep)
     g_autofree char *host_procs = cg_path(f, "/hpkvm.host/cgroup.procs");
     g_autofree char *machine = cg_path(f, "/machine/cpuset.cpus");
     g_autofree char *vm = cg_path(f, "/machine/vm1/cpuset.cpus");
+    g_autofree char *user = cg_path(f, "/user/cpuset.cpus");
+    g_autofree char *user_a = cg_path(f, "/user/a/cpuset.cpus");
     g_autofree char *sshd = affinity(f, 100);
 
     g_assert_cmpint(rep->method, ==, f->flavour == CGROUP_V2 ?
@@ -349,10 +371,21 @@ static void assert_cpuset_isolated(Fixture *f, HpkvmIsolation *rep)
     g_assert_false(line_in(f, host_procs, "2"));
     g_assert_cmpstr(sshd, ==, "0-3");
     /* Other cgroups narrowed; one with only leased cores left alone. */
-    assert_file(f, machine, "0-1");
+    assert_file(f, user, "0-1");
+    assert_file(f, user_a, "0-1");
+    g_assert_true(str_in(rep->groups_narrowed, "/user"));
+    g_assert_true(str_in(rep->groups_narrowed, "/user/a"));
     assert_file(f, vm, "2-3");
-    g_assert_true(str_in(rep->groups_narrowed, "/machine"));
     g_assert_true(str_in(rep->tasks_left, "cgroup /machine/vm1"));
+    if (f->flavour == CGROUP_V1) {
+        /* v1: a parent keeps its child's cores, so /machine cannot lose */
+        assert_file(f, machine, "0-3");
+        g_assert_true(str_in(rep->tasks_left,
+                             "cgroup /machine: cpuset.cpus: "));
+    } else {
+        assert_file(f, machine, "0-1");
+        g_assert_true(str_in(rep->groups_narrowed, "/machine"));
+    }
     g_assert_cmpint(rep->tasks_moved, >=, 2);
 }
 
@@ -386,6 +419,19 @@ static void test_isolate_restore(gconstpointer opaque)
     rep2 = reconcile(&f, map, "2-3");
     assert_isolated(&f, rep2);
 
+    /*
+     * A task forked in hpkvm.host meanwhile (no journal record of its
+     * own): it goes back to the root cgroup with the cgroup's removal.
+     */
+    if (f.flavour != NO_CPUSET) {
+        g_autofree char *host_procs = cg_path(&f, "/hpkvm.host/cgroup.procs");
+        g_autofree char *procs = get(&f, host_procs);
+        g_autofree char *more = g_strdup_printf("%s\n102\n", procs);
+
+        put_task(&f, 102, "sshd-child", 0, "0-1", "/hpkvm.host");
+        put(&f, host_procs, more);
+    }
+
     /* The last lease gone: everything back, exactly. */
     off = reconcile(&f, none, "");
     g_assert_cmpint(off->method, ==, HPKVM_TASK_ISOLATION_NONE);
@@ -393,6 +439,7 @@ static void test_isolate_restore(gconstpointer opaque)
     if (f.flavour != NO_CPUSET) {
         root_procs = cg_path(&f, "/cgroup.procs");
         g_assert_true(line_in(&f, root_procs, "100"));
+        g_assert_true(line_in(&f, root_procs, "102"));
     }
     destroy_host(&f);
     g_free(map);
@@ -440,6 +487,8 @@ static void test_two_vms(void)
     g_autoptr(HpkvmIsolation) r1 = NULL, r2 = NULL, r3 = NULL;
     g_autofree char *a = NULL, *b = NULL, *a2 = NULL;
     g_autofree char *host_cpus = NULL;
+    g_autofree char *user = g_strconcat(CG, "/user/cpuset.cpus", NULL);
+    g_autofree char *user_a = g_strconcat(CG, "/user/a/cpuset.cpus", NULL);
 
     make_host(&f, CGROUP_V1);
     /* VM A (pid 500) on core 2, VM B (pid 600) on core 3, in the root. */
@@ -466,6 +515,9 @@ static void test_two_vms(void)
     assert_file(&f, "/proc/irq/10/smp_affinity_list", "0-1,3");
     assert_file(&f, "/proc/irq/11/smp_affinity_list", "0-1,3");
     assert_file(&f, "/proc/irq/default_smp_affinity", "0000000b");
+    /* Widened on v1 as the kernel takes it: the parent first. */
+    assert_file(&f, user, "0-1,3");
+    assert_file(&f, user_a, "0-1,3");
 
     r3 = reconcile(&f, none, "");
     assert_original(&f);
