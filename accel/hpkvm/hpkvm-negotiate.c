@@ -239,6 +239,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     struct hpkvm_caps caps;
     struct hpkvm_enable req = { 0 };
     uint64_t want = 0, need = 0;
+    g_autofree char *nokernel = NULL;
     const char *text;
     int f, ret;
 
@@ -247,11 +248,19 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     }
     s->negotiated = true;
 
+    /*
+     * A kernel without the extension, or one that claims it and cannot
+     * say what it has: either way, features fall back as to upstream KVM.
+     */
     ret = hpkvm_kernel_probe(k, &caps);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: the kernel reports hpkvm "
-                         "(KVM_CAP_HPKVM) but HPKVM_GET_CAPS failed");
-        return false;
+        nokernel = g_strdup_printf("the kernel reports hpkvm (KVM_CAP_HPKVM)"
+                                   " but HPKVM_GET_CAPS failed: %s",
+                                   strerror(-ret));
+        ret = 0;
+    } else if (!ret) {
+        nokernel = g_strdup("the kernel has no hpkvm extension "
+                            "(KVM_CAP_HPKVM is 0)");
     }
     s->kernel_version = ret;
 
@@ -281,21 +290,19 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         }
     }
 
-    if (!s->kernel_version) {
+    if (nokernel) {
         for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
             if (want & feat_bit(f)) {
                 HpkvmMechanism m = fallback(s, f, &text);
 
-                set_result(s, f, false, m, "the kernel has no hpkvm "
-                           "extension (KVM_CAP_HPKVM is 0); %s", text);
+                set_result(s, f, false, m, "%s; %s", nokernel, text);
             }
         }
         if (need) {
             f = ctz64(need);
-            error_setg(errp, "hpkvm: %s=on, but the kernel has no hpkvm "
-                       "extension (KVM_CAP_HPKVM is 0): run a kernel with "
+            error_setg(errp, "hpkvm: %s=on, but %s: run a kernel with "
                        "hpkvm, or use %s=auto to fall back",
-                       HpkvmFeature_str(f), HpkvmFeature_str(f));
+                       HpkvmFeature_str(f), nokernel, HpkvmFeature_str(f));
             return false;
         }
         goto upstream;

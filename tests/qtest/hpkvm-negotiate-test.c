@@ -515,6 +515,43 @@ static void test_fake_fails_part_way(void)
     unlink(log);
 }
 
+/*
+ * A kernel that claims hpkvm but cannot say what it has: auto features
+ * fall back as on a kernel without it, on ones stop QEMU; nothing is
+ * enabled, so nothing is undone.
+ */
+static void test_fake_caps_fail(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autofree char *err = NULL;
+    g_autofree char *text = NULL;
+    g_autoptr(QDict) info = NULL;
+
+    if (skip_without_own_cores()) {
+        return;
+    }
+    use_fake_kernel("caps=5", log);
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
+    text = read_log(log);
+    g_assert(strstr(text, "HPKVM_GET_CAPS -> fails (errno 5)"));
+    g_assert(!strstr(text, "HPKVM_ENABLE"));
+    g_assert(!strstr(text, "HPKVM_DISABLE"));
+    assert_feature(info, "irq-passthrough", false, "none",
+                   "HPKVM_GET_CAPS failed: Input/output error");
+    assert_feature(info, "exclusive-cores", false, "upstream",
+                   "HPKVM_GET_CAPS failed: Input/output error");
+
+    use_fake_kernel("caps=5", log);
+    g_assert_cmpint(run_qemu("-accel hpkvm," OWN_CORES ",irq-passthrough=on "
+                             CPU, &err), ==, 1);
+    use_fake_kernel(NULL, NULL);
+    g_assert(strstr(err, "irq-passthrough=on, but the kernel reports hpkvm "
+                    "(KVM_CAP_HPKVM) but HPKVM_GET_CAPS failed: "
+                    "Input/output error: run a kernel with hpkvm"));
+    unlink(log);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -539,6 +576,8 @@ int main(int argc, char **argv)
                    test_fake_refuses_under_auto);
     qtest_add_func("/hpkvm/negotiate/fake-kernel/refuses-on",
                    test_fake_refuses_under_on);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/caps-fail",
+                   test_fake_caps_fail);
     qtest_add_func("/hpkvm/negotiate/fake-kernel/fails-part-way",
                    test_fake_fails_part_way);
     return g_test_run();

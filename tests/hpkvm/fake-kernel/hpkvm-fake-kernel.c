@@ -19,7 +19,21 @@
  *   disable_exits=N  answer KVM_CHECK_EXTENSION(KVM_CAP_X86_DISABLE_EXITS)
  *                    with N instead of asking the real KVM
  *   bind=ERRNO       make HPKVM_BIND_VCPU fail with ERRNO (default 0)
+ *   caps=ERRNO       make HPKVM_GET_CAPS fail with ERRNO (default 0)
+ *   irte=ERRNO       make HPKVM_SET_IRTE fail with ERRNO (default 0)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
+ *
+ * It keeps the contract's ordering rules and refusals
+ * (docs/devel/hpkvm-kernel-contract.rst) as the reference kernel does,
+ * per VM: HPKVM_ENABLE once, and it and HPKVM_DISABLE only before the
+ * VM's first vCPU (EBUSY); HPKVM_BIND_VCPU only with exclusive-cores
+ * granted and zero flags and reserved fields (EINVAL), once per vCPU and
+ * per thread and before the vCPU's first KVM_RUN (EBUSY);
+ * HPKVM_SET_IRTE only with vfio-irte granted, zero reserved fields and
+ * known flags, a vector of 16-255 and an irqfd assigned to the GSI
+ * (EINVAL).  Each refusal is logged with its errno.  What it does not
+ * model: which host cores are held (the reference kernel's table), the
+ * irqchip (the reference kernel does not check it either).
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -35,6 +49,21 @@
 
 #define ALL_FEATURES ((1ULL << HPKVM_FEATURE_NR) - 1)
 
+/* What the fake kernel knows of one VM. */
+typedef struct FakeVm {
+    bool enable_called;
+    uint64_t granted;
+    unsigned nr_vcpus;          /* created */
+    GHashTable *irqfd_gsis;     /* GSIs with an irqfd assigned */
+} FakeVm;
+
+/* ... and of one vCPU. */
+typedef struct FakeVcpu {
+    FakeVm *vm;
+    bool bound;
+    bool ran;
+} FakeVcpu;
+
 static struct {
     uint64_t supported;
     uint64_t grant;
@@ -42,13 +71,25 @@ static struct {
     int enable_errno;
     int disable_exits;          /* -1: the real KVM's answer */
     int bind_errno;
-    uint64_t granted;           /* the fake VM's state */
+    int caps_errno;
+    int irte_errno;
+    GMutex lock;                /* vCPU threads call in at once */
+    GHashTable *vms;            /* VM fd -> FakeVm */
+    GHashTable *vcpus;          /* vCPU fd -> FakeVcpu */
 } fk = {
     .supported = ALL_FEATURES,
     .grant = ALL_FEATURES,
     .refuse = EOPNOTSUPP,
     .disable_exits = -1,
 };
+
+static void fake_vm_free(gpointer p)
+{
+    FakeVm *vm = p;
+
+    g_hash_table_destroy(vm->irqfd_gsis);
+    g_free(vm);
+}
 
 static void G_GNUC_PRINTF(1, 2) fake_log(const char *fmt, ...)
 {
@@ -101,20 +142,60 @@ static void __attribute__((constructor)) fake_init(void)
             fk.disable_exits = atoi(val);
         } else if (!strcmp(tok, "bind")) {
             fk.bind_errno = atoi(val);
+        } else if (!strcmp(tok, "caps")) {
+            fk.caps_errno = atoi(val);
+        } else if (!strcmp(tok, "irte")) {
+            fk.irte_errno = atoi(val);
         }
     }
     if (!grant_set) {
         fk.grant = fk.supported;
     }
     free(copy);
+    /* fds are reused: a VM's entry goes when its fd is used again. */
+    fk.vms = g_hash_table_new_full(NULL, NULL, NULL, fake_vm_free);
+    fk.vcpus = g_hash_table_new_full(NULL, NULL, NULL, g_free);
 }
 
-static int fake_enable(struct hpkvm_enable *req)
+/* A refusal of the contract's: logged, then errno set. */
+static int G_GNUC_PRINTF(2, 3) fake_refuse(int err, const char *fmt, ...)
+{
+    g_autofree char *what = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    what = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    fake_log("%s -> refused (errno %d)", what, err);
+    errno = err;
+    return -1;
+}
+
+static FakeVm *fake_vm(int fd)
+{
+    FakeVm *vm = g_hash_table_lookup(fk.vms, GINT_TO_POINTER(fd));
+
+    if (!vm) {
+        vm = g_new0(FakeVm, 1);
+        vm->irqfd_gsis = g_hash_table_new(NULL, NULL);
+        g_hash_table_insert(fk.vms, GINT_TO_POINTER(fd), vm);
+    }
+    return vm;
+}
+
+static int fake_enable(FakeVm *vm, struct hpkvm_enable *req)
 {
     /* __u64 is unsigned long long: print through uint64_t. */
     uint64_t requested = req->requested, required = req->required;
     uint64_t grant = requested & fk.grant & fk.supported;
     int f;
+
+    if (vm->nr_vcpus || vm->enable_called) {
+        return fake_refuse(EBUSY, "HPKVM_ENABLE requested=0x%" PRIx64
+                           " %s", requested, vm->nr_vcpus ?
+                           "after a vCPU was created" : "a second time");
+    }
+    vm->enable_called = true;
 
     for (f = 0; f < HPKVM_FEATURE_NR; f++) {
         uint64_t bit = 1ULL << f;
@@ -130,7 +211,7 @@ static int fake_enable(struct hpkvm_enable *req)
         return -1;
     }
     req->granted = grant;
-    fk.granted = grant;
+    vm->granted = grant;
     if (fk.enable_errno) {
         /* Half applied: the state stays until HPKVM_DISABLE. */
         fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " granted=0x%" PRIx64
@@ -146,15 +227,17 @@ static int fake_enable(struct hpkvm_enable *req)
 }
 
 /*
- * The contract: from the vCPU's thread, with exclusive-cores granted.
- * The log shows the calling thread and its affinity, so tests can check
- * QEMU pinned the thread to the same core first.
+ * The contract: from the vCPU's thread, with exclusive-cores granted,
+ * before the vCPU's first KVM_RUN, once per vCPU and per thread.  The log
+ * shows the calling thread and its affinity, so tests can check QEMU
+ * pinned the thread to the same core first.
  */
-static int fake_bind(struct hpkvm_vcpu_bind *bind)
+static int fake_bind(FakeVcpu *vcpu, struct hpkvm_vcpu_bind *bind)
 {
+    static __thread bool thread_bound;
     cpu_set_t set;
-    GString *cpus = g_string_new("");
-    int cpu;
+    g_autoptr(GString) cpus = g_string_new("");
+    int cpu, err;
 
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
         for (cpu = 0; cpu < CPU_SETSIZE; cpu++) {
@@ -164,20 +247,119 @@ static int fake_bind(struct hpkvm_vcpu_bind *bind)
             }
         }
     }
+    if (!vcpu || !(vcpu->vm->granted & HPKVM_FEAT_EXCLUSIVE_CORES) ||
+        bind->flags || bind->reserved[0] || bind->reserved[1]) {
+        err = EINVAL;
+    } else if (vcpu->ran || vcpu->bound || thread_bound) {
+        err = EBUSY;
+    } else {
+        err = fk.bind_errno;
+    }
     fake_log("HPKVM_BIND_VCPU host_cpu=%u tid=%d affinity=%s -> %d",
-             bind->host_cpu, (int)syscall(SYS_gettid), cpus->str,
-             !(fk.granted & HPKVM_FEAT_EXCLUSIVE_CORES) ? EPERM :
-             fk.bind_errno);
-    g_string_free(cpus, true);
-    if (!(fk.granted & HPKVM_FEAT_EXCLUSIVE_CORES)) {
-        errno = EPERM;
+             bind->host_cpu, (int)syscall(SYS_gettid), cpus->str, err);
+    if (err) {
+        errno = err;
         return -1;
     }
-    if (fk.bind_errno) {
-        errno = fk.bind_errno;
+    vcpu->bound = thread_bound = true;
+    return 0;
+}
+
+static int fake_set_irte(FakeVm *vm, struct hpkvm_irte *irte)
+{
+    int err = 0;
+
+    if (!(vm->granted & HPKVM_FEAT_VFIO_IRTE) ||
+        (irte->flags & ~HPKVM_IRTE_CLEAR) || irte->reserved[0] ||
+        irte->reserved[1] ||
+        (!(irte->flags & HPKVM_IRTE_CLEAR) &&
+         (irte->vector < 16 || irte->vector > 255)) ||
+        !g_hash_table_contains(vm->irqfd_gsis,
+                               GUINT_TO_POINTER(irte->gsi))) {
+        err = EINVAL;
+    } else {
+        err = fk.irte_errno;
+    }
+    fake_log("HPKVM_SET_IRTE gsi=%u vcpu=%u vector=%u flags=0x%x -> %d",
+             irte->gsi, irte->vcpu_id, irte->vector, irte->flags, err);
+    if (err) {
+        errno = err;
         return -1;
     }
     return 0;
+}
+
+/* What the real KVM did, as far as the contract's rules depend on it. */
+static void fake_track(int fd, unsigned long request, void *arg, int ret)
+{
+    struct kvm_irqfd *irqfd = arg;
+    FakeVcpu *vcpu;
+
+    if (ret < 0) {
+        return;
+    }
+    switch (request) {
+    case KVM_CREATE_VM:
+        g_hash_table_remove(fk.vms, GINT_TO_POINTER(ret));
+        fake_vm(ret);
+        break;
+    case KVM_CREATE_VCPU:
+        vcpu = g_new0(FakeVcpu, 1);
+        vcpu->vm = fake_vm(fd);
+        vcpu->vm->nr_vcpus++;
+        g_hash_table_insert(fk.vcpus, GINT_TO_POINTER(ret), vcpu);
+        break;
+    case KVM_IRQFD:
+        if (irqfd->flags & KVM_IRQFD_FLAG_DEASSIGN) {
+            g_hash_table_remove(fake_vm(fd)->irqfd_gsis,
+                                GUINT_TO_POINTER(irqfd->gsi));
+        } else {
+            g_hash_table_add(fake_vm(fd)->irqfd_gsis,
+                             GUINT_TO_POINTER(irqfd->gsi));
+        }
+        break;
+    }
+}
+
+static int fake_hpkvm_ioctl(int fd, unsigned long request, void *arg)
+{
+    FakeVcpu *vcpu = g_hash_table_lookup(fk.vcpus, GINT_TO_POINTER(fd));
+
+    switch (request) {
+    case HPKVM_GET_CAPS: {
+        struct hpkvm_caps *caps = arg;
+
+        if (fk.caps_errno) {
+            fake_log("HPKVM_GET_CAPS -> fails (errno %d)", fk.caps_errno);
+            errno = fk.caps_errno;
+            return -1;
+        }
+        memset(caps, 0, sizeof(*caps));
+        caps->version = HPKVM_VERSION;
+        caps->nr_features = HPKVM_FEATURE_NR;
+        caps->supported = fk.supported;
+        fake_log("HPKVM_GET_CAPS supported=0x%" PRIx64, fk.supported);
+        return 0;
+    }
+    case HPKVM_ENABLE:
+        return fake_enable(fake_vm(fd), arg);
+    case HPKVM_SET_IRTE:
+        return fake_set_irte(fake_vm(fd), arg);
+    case HPKVM_BIND_VCPU:
+        return fake_bind(vcpu, arg);
+    case HPKVM_DISABLE: {
+        FakeVm *vm = fake_vm(fd);
+
+        if (vm->nr_vcpus) {
+            return fake_refuse(EBUSY, "HPKVM_DISABLE after a vCPU was "
+                               "created");
+        }
+        fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ")", vm->granted);
+        vm->granted = 0;
+        return 0;
+    }
+    }
+    return -2;                  /* not the contract's */
 }
 
 int ioctl(int fd, unsigned long request, ...)
@@ -195,6 +377,9 @@ int ioctl(int fd, unsigned long request, ...)
                                                              "ioctl");
     }
     if (getenv("HPKVM_FAKE_KERNEL")) {
+        FakeVcpu *vcpu;
+        int ret, err;
+
         if (request == KVM_CHECK_EXTENSION &&
             (uintptr_t)arg == KVM_CAP_HPKVM) {
             fake_log("KVM_CHECK_EXTENSION KVM_CAP_HPKVM -> %d",
@@ -205,34 +390,30 @@ int ioctl(int fd, unsigned long request, ...)
             (uintptr_t)arg == KVM_CAP_X86_DISABLE_EXITS) {
             return fk.disable_exits;
         }
-        if (request == HPKVM_GET_CAPS) {
-            struct hpkvm_caps *caps = arg;
-
-            memset(caps, 0, sizeof(*caps));
-            caps->version = HPKVM_VERSION;
-            caps->nr_features = HPKVM_FEATURE_NR;
-            caps->supported = fk.supported;
-            fake_log("HPKVM_GET_CAPS supported=0x%" PRIx64, fk.supported);
-            return 0;
+        if (request == KVM_RUN) {
+            /* Marked before: KVM_RUN returns only at the next exit. */
+            g_mutex_lock(&fk.lock);
+            vcpu = g_hash_table_lookup(fk.vcpus, GINT_TO_POINTER(fd));
+            if (vcpu) {
+                vcpu->ran = true;
+            }
+            g_mutex_unlock(&fk.lock);
+            return real_ioctl(fd, request, arg);
         }
-        if (request == HPKVM_ENABLE) {
-            return fake_enable(arg);
+        g_mutex_lock(&fk.lock);
+        ret = fake_hpkvm_ioctl(fd, request, arg);
+        g_mutex_unlock(&fk.lock);
+        if (ret != -2) {
+            return ret;
         }
-        if (request == HPKVM_SET_IRTE) {
-            struct hpkvm_irte *irte = arg;
-
-            fake_log("HPKVM_SET_IRTE gsi=%u vcpu=%u vector=%u flags=0x%x",
-                     irte->gsi, irte->vcpu_id, irte->vector, irte->flags);
-            return 0;
-        }
-        if (request == HPKVM_BIND_VCPU) {
-            return fake_bind(arg);
-        }
-        if (request == HPKVM_DISABLE) {
-            fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ")", fk.granted);
-            fk.granted = 0;
-            return 0;
-        }
+        /* Never the lock across the real KVM: it may wait on vCPUs. */
+        ret = real_ioctl(fd, request, arg);
+        err = errno;
+        g_mutex_lock(&fk.lock);
+        fake_track(fd, request, arg, ret);
+        g_mutex_unlock(&fk.lock);
+        errno = err;
+        return ret;
     }
     return real_ioctl(fd, request, arg);
 }

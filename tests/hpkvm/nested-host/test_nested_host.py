@@ -607,6 +607,19 @@ echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
 sed 's/^/fake: /' /tmp/fake.log
+# Again with a kernel whose HPKVM_SET_IRTE fails: KVM's delivery.
+export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
+export HPKVM_FAKE_KERNEL=supported=0x3f,irte=5
+export HPKVM_FAKE_KERNEL_LOG=/tmp/fake-irte.log
+guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
+    -append "msix hold" || exit 1
+unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
+guest_cont
+wait_serial
+echo "hpkvm-irte-fails: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+sed 's/^/fake-irte: /' /tmp/fake-irte.log
 """, vfs=2, vfio_vfs=1)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
@@ -615,10 +628,16 @@ sed 's/^/fake: /' /tmp/fake.log
     info = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
     irte = [f for f in info["features"] if f["feature"] == "vfio-irte"][0]
     assert irte["granted"], irte
+    # QEMU kept the contract's order: the test double refused nothing
+    # (each HPKVM_SET_IRTE after its GSI's irqfd, the enable before the
+    # vCPUs, each bind before its vCPU's first KVM_RUN).
+    fake = lines_with(res.output, "fake: ")
+    assert not [line for line in fake if "refused" in line], fake
     # HPKVM_SET_IRTE calls, in order, as {"gsi": .., "vcpu": .., ...}.
-    sets = [dict(f.split("=") for f in line.split()[1:])
-            for line in lines_with(res.output, "fake: ")
-            if line.startswith("HPKVM_SET_IRTE")]
+    sets = [dict(f.split("=") for f in line.split(" -> ")[0].split()[1:])
+            for line in fake if line.startswith("HPKVM_SET_IRTE")]
+    assert all(line.endswith(" -> 0") for line in fake
+               if line.startswith("HPKVM_SET_IRTE")), fake
     print(f"# HPKVM_SET_IRTE calls: {sets}")
     # Entry 0, fixed to the BSP (APIC ID 0), vector 0x50: direct.
     first = [c for c in sets
@@ -631,6 +650,15 @@ sed 's/^/fake: /' /tmp/fake.log
     assert {"gsi": gsi, "vcpu": "1", "vector": "81",
             "flags": "0x0"} in sets, sets
     assert info["irte-direct"] >= 2 and info["irte-fallback"] >= 1, info
+    # HPKVM_SET_IRTE failing: every entry left to KVM, the guest as well.
+    serial = lines_with(res.output, "serial: ")[1]
+    assert "hpkvm-guest: PASS" in serial and "msix-bdf=" in serial, serial
+    info = json.loads(lines_with(res.output, "hpkvm-irte-fails: ")[0])[
+        "return"]
+    failed = [line for line in lines_with(res.output, "fake-irte: ")
+              if line.startswith("HPKVM_SET_IRTE")]
+    assert failed and all(line.endswith(" -> 5") for line in failed), failed
+    assert info["irte-direct"] == 0 and info["irte-fallback"] >= 2, info
 
 
 @test
