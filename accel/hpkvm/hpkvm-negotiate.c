@@ -233,6 +233,21 @@ static void trace_features(HPKVMState *s)
     }
 }
 
+/* Every feature in @want to its upstream fallback, @why the reason. */
+static void fall_back_all(HPKVMState *s, uint64_t want, const char *why)
+{
+    const char *text;
+    int f;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if (want & feat_bit(f)) {
+            HpkvmMechanism m = fallback(s, f, &text);
+
+            set_result(s, f, false, m, "%s; %s", why, text);
+        }
+    }
+}
+
 bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
 {
     KVMState *k = KVM_STATE(s);
@@ -254,8 +269,8 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
      */
     ret = hpkvm_kernel_probe(k, &caps);
     if (ret < 0) {
-        nokernel = g_strdup_printf("the kernel reports hpkvm (KVM_CAP_HPKVM)"
-                                   " but HPKVM_GET_CAPS failed: %s",
+        nokernel = g_strdup_printf("HPKVM_GET_CAPS failed: %s, though the "
+                                   "kernel reports hpkvm (KVM_CAP_HPKVM)",
                                    strerror(-ret));
         ret = 0;
     } else if (!ret) {
@@ -291,13 +306,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     }
 
     if (nokernel) {
-        for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
-            if (want & feat_bit(f)) {
-                HpkvmMechanism m = fallback(s, f, &text);
-
-                set_result(s, f, false, m, "%s; %s", nokernel, text);
-            }
-        }
+        fall_back_all(s, want, nokernel);
         if (need) {
             f = ctz64(need);
             error_setg(errp, "hpkvm: %s=on, but %s: run a kernel with "
@@ -319,13 +328,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
                                                strerror(-ret));
 
         rollback(s, why);
-        for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
-            if (want & feat_bit(f)) {
-                HpkvmMechanism m = fallback(s, f, &text);
-
-                set_result(s, f, false, m, "%s; %s", why, text);
-            }
-        }
+        fall_back_all(s, want, why);
         if (need) {
             error_setg(errp, "hpkvm: %s=on, but %s",
                        HpkvmFeature_str(ctz64(need)), why);

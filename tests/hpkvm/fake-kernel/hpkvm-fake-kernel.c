@@ -83,14 +83,6 @@ static struct {
     .disable_exits = -1,
 };
 
-static void fake_vm_free(gpointer p)
-{
-    FakeVm *vm = p;
-
-    g_hash_table_destroy(vm->irqfd_gsis);
-    g_free(vm);
-}
-
 static void G_GNUC_PRINTF(1, 2) fake_log(const char *fmt, ...)
 {
     const char *path = getenv("HPKVM_FAKE_KERNEL_LOG");
@@ -152,8 +144,11 @@ static void __attribute__((constructor)) fake_init(void)
         fk.grant = fk.supported;
     }
     free(copy);
-    /* fds are reused: a VM's entry goes when its fd is used again. */
-    fk.vms = g_hash_table_new_full(NULL, NULL, NULL, fake_vm_free);
+    /*
+     * fds are reused: a new VM replaces the entry of its fd number, but
+     * the old VM's state is never freed, for its vCPUs may outlive it.
+     */
+    fk.vms = g_hash_table_new(NULL, NULL);
     fk.vcpus = g_hash_table_new_full(NULL, NULL, NULL, g_free);
 }
 
@@ -301,7 +296,6 @@ static void fake_track(int fd, unsigned long request, void *arg, int ret)
     switch (request) {
     case KVM_CREATE_VM:
         g_hash_table_remove(fk.vms, GINT_TO_POINTER(ret));
-        fake_vm(ret);
         break;
     case KVM_CREATE_VCPU:
         vcpu = g_new0(FakeVcpu, 1);

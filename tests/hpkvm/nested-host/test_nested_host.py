@@ -596,30 +596,24 @@ for d in /sys/bus/pci/devices/*; do
     fi
 done
 echo "vf: $vf"
-export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
-export HPKVM_FAKE_KERNEL=supported=0x3f HPKVM_FAKE_KERNEL_LOG=/tmp/fake.log
-guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
-    -append "msix hold" || exit 1
-unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
-guest_cont
-wait_serial
-echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
-qmp-exec /tmp/qmp.sock quit > /dev/null
-wait_qemu
-sed 's/^/fake: /' /tmp/fake.log
+# The guest with the VF under the test double scripted by $1; its report
+# printed as "$2: ", the double's log as "$3: ".
+vfio_guest() {
+    export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
+    export HPKVM_FAKE_KERNEL=$1 HPKVM_FAKE_KERNEL_LOG=/tmp/$3.log
+    guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
+        -append "msix hold" || exit 1
+    unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
+    guest_cont
+    wait_serial
+    echo "$2: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+    qmp-exec /tmp/qmp.sock quit > /dev/null
+    wait_qemu
+    sed "s/^/$3: /" /tmp/$3.log
+}
+vfio_guest supported=0x3f hpkvm fake
 # Again with a kernel whose HPKVM_SET_IRTE fails: KVM's delivery.
-export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
-export HPKVM_FAKE_KERNEL=supported=0x3f,irte=5
-export HPKVM_FAKE_KERNEL_LOG=/tmp/fake-irte.log
-guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
-    -append "msix hold" || exit 1
-unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
-guest_cont
-wait_serial
-echo "hpkvm-irte-fails: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
-qmp-exec /tmp/qmp.sock quit > /dev/null
-wait_qemu
-sed 's/^/fake-irte: /' /tmp/fake-irte.log
+vfio_guest supported=0x3f,irte=5 hpkvm-irte-fails fake-irte
 """, vfs=2, vfio_vfs=1)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
