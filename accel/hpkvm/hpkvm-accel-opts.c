@@ -23,14 +23,14 @@ typedef struct CopyAccelProps {
     bool keep_existing;
 } CopyAccelProps;
 
-static int collect_opts(void *opaque, QemuOpts *opts, Error **errp)
+static int accel_opts_collect(void *opaque, QemuOpts *opts, Error **errp)
 {
     g_ptr_array_add(opaque, opts);
     return 0;
 }
 
-static int copy_accel_prop(void *opaque, const char *name, const char *value,
-                           Error **errp)
+static int accel_opts_copy_prop(void *opaque, const char *name,
+                                const char *value, Error **errp)
 {
     CopyAccelProps *c = opaque;
 
@@ -45,14 +45,15 @@ static int copy_accel_prop(void *opaque, const char *name, const char *value,
     return 0;
 }
 
-static void copy_accel_props(QemuOpts *dst, QemuOpts *src, bool keep_existing)
+static void accel_opts_copy_props(QemuOpts *dst, QemuOpts *src,
+                                  bool keep_existing)
 {
     CopyAccelProps c = { .dst = dst, .keep_existing = keep_existing };
 
-    qemu_opt_foreach(src, copy_accel_prop, &c, &error_abort);
+    qemu_opt_foreach(src, accel_opts_copy_prop, &c, &error_abort);
 }
 
-static bool accel_is(QemuOpts *opts, const char *name)
+static bool accel_opts_is(QemuOpts *opts, const char *name)
 {
     return g_strcmp0(qemu_opt_get(opts, "accel"), name) == 0;
 }
@@ -64,14 +65,15 @@ void hpkvm_fold_accel_opts(QemuOptsList *accel_opts)
     QemuOpts *target = NULL;
     guint i;
 
-    qemu_opts_foreach(accel_opts, collect_opts, entries, &error_abort);
+    qemu_opts_foreach(accel_opts, accel_opts_collect, entries, &error_abort);
     for (i = 0; i < entries->len; i++) {
         QemuOpts *opts = g_ptr_array_index(entries, i);
 
-        if (!hpkvm && accel_is(opts, "hpkvm")) {
+        if (!hpkvm && accel_opts_is(opts, "hpkvm")) {
             hpkvm = opts;
         }
-        if (!target && (accel_is(opts, "kvm") || accel_is(opts, "hpkvm"))) {
+        if (!target &&
+            (accel_opts_is(opts, "kvm") || accel_opts_is(opts, "hpkvm"))) {
             target = opts;
         }
     }
@@ -87,15 +89,15 @@ void hpkvm_fold_accel_opts(QemuOptsList *accel_opts)
          */
         qemu_opt_unset(target, "accel");
         qemu_opt_set(target, "accel", "hpkvm", &error_abort);
-        copy_accel_props(target, hpkvm, false);
+        accel_opts_copy_props(target, hpkvm, false);
         qemu_opts_del(hpkvm);
     }
 
     for (i = 0; i < entries->len; i++) {
         QemuOpts *opts = g_ptr_array_index(entries, i);
 
-        if (opts != target && opts != hpkvm && accel_is(opts, "kvm")) {
-            copy_accel_props(target, opts, true);
+        if (opts != target && opts != hpkvm && accel_opts_is(opts, "kvm")) {
+            accel_opts_copy_props(target, opts, true);
             qemu_opts_del(opts);
         }
     }

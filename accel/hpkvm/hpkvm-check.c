@@ -59,8 +59,8 @@ typedef struct Ctx {
 } Ctx;
 
 static void G_GNUC_PRINTF(5, 6)
-add(Ctx *c, const char *id, Verdict v, const char *fix, const char *fmt,
-    ...)
+check_add(Ctx *c, const char *id, Verdict v, const char *fix, const char *fmt,
+          ...)
 {
     Check *k = g_new0(Check, 1);
     va_list ap;
@@ -74,7 +74,7 @@ add(Ctx *c, const char *id, Verdict v, const char *fix, const char *fmt,
     g_ptr_array_add(c->checks, k);
 }
 
-static bool opens(Ctx *c, const char *node)
+static bool check_opens(Ctx *c, const char *node)
 {
     g_autofree char *path = hpkvm_host_path(&c->host, node);
     int fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
@@ -86,7 +86,7 @@ static bool opens(Ctx *c, const char *node)
     return true;
 }
 
-static char *read_trimmed(Ctx *c, const char *path)
+static char *check_read_trimmed(Ctx *c, const char *path)
 {
     char *text = NULL;
 
@@ -102,28 +102,28 @@ static void check_kvm(Ctx *c)
     struct hpkvm_caps caps = { 0 };
     int fd, version;
 
-    if (!opens(c, "/dev/kvm")) {
-        add(c, "kvm", FAIL, "load kvm_intel or kvm_amd (enable "
-            "virtualization in the firmware) and give QEMU's user "
-            "read-write access to /dev/kvm", "no usable /dev/kvm");
+    if (!check_opens(c, "/dev/kvm")) {
+        check_add(c, "kvm", FAIL, "load kvm_intel or kvm_amd (enable "
+                  "virtualization in the firmware) and give QEMU's user "
+                  "read-write access to /dev/kvm", "no usable /dev/kvm");
         return;
     }
-    add(c, "kvm", OK, NULL, "/dev/kvm opens");
+    check_add(c, "kvm", OK, NULL, "/dev/kvm opens");
     if (!c->host.real) {
-        add(c, "hpkvm-kernel", INFO, NULL, "the kernel's hpkvm extension "
-            "is only probed on the real host (--host-root is not /)");
+        check_add(c, "hpkvm-kernel", INFO, NULL, "the kernel's hpkvm extension "
+                  "is only probed on the real host (--host-root is not /)");
         return;
     }
     fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
     version = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_HPKVM);
     if (version > 0 && ioctl(fd, HPKVM_GET_CAPS, &caps) == 0) {
-        add(c, "hpkvm-kernel", OK, NULL, "hpkvm contract version %d, "
-            "features 0x%" PRIx64, version, (uint64_t)caps.supported);
+        check_add(c, "hpkvm-kernel", OK, NULL, "hpkvm contract version %d, "
+                  "features 0x%" PRIx64, version, (uint64_t)caps.supported);
     } else {
-        add(c, "hpkvm-kernel", WARN, "run a kernel with the hpkvm "
-            "extension for exit-less timers, IPIs and interrupts",
-            "the kernel has no hpkvm extension: hpkvm falls back to "
-            "upstream KVM feature by feature (see query-hpkvm)");
+        check_add(c, "hpkvm-kernel", WARN, "run a kernel with the hpkvm "
+                  "extension for exit-less timers, IPIs and interrupts",
+                  "the kernel has no hpkvm extension: hpkvm falls back to "
+                  "upstream KVM feature by feature (see query-hpkvm)");
     }
     close(fd);
 }
@@ -131,22 +131,22 @@ static void check_kvm(Ctx *c)
 static void check_iommu(Ctx *c)
 {
     g_auto(GStrv) units = hpkvm_host_list(&c->host, "/sys/class/iommu");
-    g_autofree char *irqs = read_trimmed(c, "/proc/interrupts");
+    g_autofree char *irqs = check_read_trimmed(c, "/proc/interrupts");
 
     if (!units || !units[0]) {
-        add(c, "iommu", WARN, "enable VT-d or AMD-Vi in the firmware and "
-            "boot with intel_iommu=on or amd_iommu=on", "no IOMMU: no "
-            "VFIO, no SR-IOV VF for guests");
+        check_add(c, "iommu", WARN, "enable VT-d or AMD-Vi in the firmware and "
+                  "boot with intel_iommu=on or amd_iommu=on", "no IOMMU: no "
+                  "VFIO, no SR-IOV VF for guests");
     } else {
-        add(c, "iommu", OK, NULL, "IOMMU %s", units[0]);
+        check_add(c, "iommu", OK, NULL, "IOMMU %s", units[0]);
     }
     if (!irqs || !strstr(irqs, "IR-")) {
-        add(c, "irq-remapping", WARN, "enable interrupt remapping "
-            "(intremap=on; x2APIC in the firmware)", "interrupt "
-            "remapping is not in use (no IR- interrupts): passed-through "
-            "MSIs and direct IRTE programming need it");
+        check_add(c, "irq-remapping", WARN, "enable interrupt remapping "
+                  "(intremap=on; x2APIC in the firmware)", "interrupt "
+                  "remapping is not in use (no IR- interrupts): passed-through "
+                  "MSIs and direct IRTE programming need it");
     } else {
-        add(c, "irq-remapping", OK, NULL, "interrupts are remapped");
+        check_add(c, "irq-remapping", OK, NULL, "interrupts are remapped");
     }
 }
 
@@ -161,8 +161,8 @@ static void check_host_cpus(Ctx *c)
         return;
     }
     if (!hpkvm_host_read_cpus(&c->host, CPU_ONLINE, &online, NULL)) {
-        add(c, "host-cpus", WARN, NULL, "cannot read %s: the cores are "
-            "not checked", CPU_ONLINE);
+        check_add(c, "host-cpus", WARN, NULL, "cannot read %s: the cores are "
+                  "not checked", CPU_ONLINE);
         return;
     }
     online_s = hpkvm_cpuset_format(&online);
@@ -173,27 +173,27 @@ static void check_host_cpus(Ctx *c)
                               "host-cpus=, or bring them online (echo 1 > "
                               "/sys/devices/system/cpu/cpuN/online)",
                               online_s);
-        add(c, "host-cpus", FAIL, fix, "cores %s are not online", miss_s);
+        check_add(c, "host-cpus", FAIL, fix, "cores %s are not online", miss_s);
         return;
     }
     hpkvm_cpuset_andnot(&left, &online, &c->cores);
     if (hpkvm_cpuset_empty(&left)) {
-        add(c, "host-cpus", FAIL, "leave at least one online core to the "
-            "host: QEMU's other threads and the host's housekeeping run "
-            "there", "host-cpus= names every online core (%s)", online_s);
+        check_add(c, "host-cpus", FAIL, "leave at least one online core to the "
+                  "host: QEMU's other threads and the host's housekeeping run "
+                  "there", "host-cpus= names every online core (%s)", online_s);
         return;
     }
     cores_s = hpkvm_cpuset_format(&c->cores);
     left_s = hpkvm_cpuset_format(&left);
-    add(c, "host-cpus", OK, NULL, "cores %s are online; %s stay the host's",
-        cores_s, left_s);
+    check_add(c, "host-cpus", OK, NULL,
+              "cores %s are online; %s stay the host's", cores_s, left_s);
 }
 
-static void cpus_file(Ctx *c, const char *name, HpkvmCpuSet *set)
+static void check_cpus_file(Ctx *c, const char *name, HpkvmCpuSet *set)
 {
     g_autofree char *path = g_strdup_printf("/sys/devices/system/cpu/%s",
                                             name);
-    g_autofree char *text = read_trimmed(c, path);
+    g_autofree char *text = check_read_trimmed(c, path);
 
     if (!text || !hpkvm_cpuset_parse(text, set, path, NULL)) {
         hpkvm_cpuset_clear(set);        /* "(null)": none */
@@ -206,20 +206,21 @@ static void check_isolation(Ctx *c)
     g_autofree char *isol_s = NULL, *nohz_s = NULL, *miss_s = NULL;
     g_autofree char *fix = NULL;
 
-    cpus_file(c, "isolated", &isol);
-    cpus_file(c, "nohz_full", &nohz);
+    check_cpus_file(c, "isolated", &isol);
+    check_cpus_file(c, "nohz_full", &nohz);
     isol_s = hpkvm_cpuset_format(&isol);
     nohz_s = hpkvm_cpuset_format(&nohz);
     if (!c->have_cores) {
-        add(c, "isolated-cores", INFO, NULL, "isolcpus: %s; nohz_full: %s",
-            *isol_s ? isol_s : "none", *nohz_s ? nohz_s : "none");
+        check_add(c, "isolated-cores", INFO, NULL,
+                  "isolcpus: %s; nohz_full: %s", *isol_s ? isol_s : "none",
+                  *nohz_s ? nohz_s : "none");
         return;
     }
     bitmap_and(both.bits, isol.bits, nohz.bits, HPKVM_MAX_HOST_CPUS);
     hpkvm_cpuset_andnot(&missing, &c->cores, &both);
     if (hpkvm_cpuset_empty(&missing)) {
-        add(c, "isolated-cores", OK, NULL, "the cores are in isolcpus= "
-            "and nohz_full=");
+        check_add(c, "isolated-cores", OK, NULL, "the cores are in isolcpus= "
+                  "and nohz_full=");
         return;
     }
     miss_s = hpkvm_cpuset_format(&missing);
@@ -227,8 +228,8 @@ static void check_isolation(Ctx *c)
                           "isolcpus=%s nohz_full=%s (without them hpkvm's "
                           "dynamic isolation moves tasks and IRQs, but the "
                           "tick and per-CPU threads stay)", miss_s, miss_s);
-    add(c, "isolated-cores", WARN, fix, "cores %s are not all in "
-        "isolcpus= and nohz_full=", miss_s);
+    check_add(c, "isolated-cores", WARN, fix, "cores %s are not all in "
+              "isolcpus= and nohz_full=", miss_s);
 }
 
 static void check_nic_irqs(Ctx *c)
@@ -263,15 +264,16 @@ static void check_nic_irqs(Ctx *c)
             fix = g_strdup_printf("echo HOUSEKEEPING-CORES > %s (or let "
                                   "dynamic-isolation move it; stop "
                                   "irqbalance from moving it back)", path);
-            add(c, "nic-irq-affinity", WARN, fix, "IRQ %s of %s may run on "
-                "the VMs' cores", irqs[j], nics[i]);
+            check_add(c, "nic-irq-affinity", WARN, fix,
+                      "IRQ %s of %s may run on " "the VMs' cores", irqs[j],
+                      nics[i]);
             bad++;
         }
     }
     if (!bad) {
-        add(c, "nic-irq-affinity", c->have_cores ? OK : INFO, NULL,
-            c->have_cores ? "no NIC interrupt on the VMs' cores" :
-            "give --host-cpus= to check where NIC interrupts run");
+        check_add(c, "nic-irq-affinity", c->have_cores ? OK : INFO, NULL,
+                  c->have_cores ? "no NIC interrupt on the VMs' cores" :
+                  "give --host-cpus= to check where NIC interrupts run");
     }
 }
 
@@ -285,7 +287,7 @@ static void check_hugepages(Ctx *c)
     for (i = 0; sizes && sizes[i]; i++) {
         g_autofree char *path = g_strdup_printf("%s/%s/nr_hugepages", dir,
                                                 sizes[i]);
-        g_autofree char *text = read_trimmed(c, path);
+        g_autofree char *text = check_read_trimmed(c, path);
         uint64_t n = 0;
 
         if (text && qemu_strtou64(text, NULL, 10, &n) == 0) {
@@ -293,14 +295,14 @@ static void check_hugepages(Ctx *c)
         }
     }
     if (total) {
-        add(c, "hugepages", OK, NULL, "%" PRIu64 " huge pages reserved",
-            total);
+        check_add(c, "hugepages", OK, NULL, "%" PRIu64 " huge pages reserved",
+                  total);
     } else {
-        add(c, "hugepages", WARN, "reserve them: echo N > /sys/kernel/mm/"
-            "hugepages/hugepages-1048576kB/nr_hugepages (or the 2048kB "
-            "size), and back guests with memory-backend-file,mem-path="
-            "/dev/hugepages,share=on", "no huge pages reserved: guest "
-            "memory and vhost-user peers use 4 KiB pages");
+        check_add(c, "hugepages", WARN, "reserve them: echo N > /sys/kernel/mm/"
+                  "hugepages/hugepages-1048576kB/nr_hugepages (or the 2048kB "
+                  "size), and back guests with memory-backend-file,mem-path="
+                  "/dev/hugepages,share=on", "no huge pages reserved: guest "
+                  "memory and vhost-user peers use 4 KiB pages");
     }
 }
 
@@ -320,23 +322,23 @@ static void check_governor(Ctx *c)
         }
         path = g_strdup_printf("/sys/devices/system/cpu/%s/cpufreq/"
                                "scaling_governor", cpus[i]);
-        gov = read_trimmed(c, path);
+        gov = check_read_trimmed(c, path);
         if (!gov) {
             continue;
         }
         seen++;
         if (strcmp(gov, "performance")) {
             fix = g_strdup_printf("echo performance > %s", path);
-            add(c, "cpufreq-governor", WARN, fix, "core %u runs the %s "
-                "governor: its clock and latency vary", n, gov);
+            check_add(c, "cpufreq-governor", WARN, fix, "core %u runs the %s "
+                      "governor: its clock and latency vary", n, gov);
             bad++;
         }
     }
     if (!seen) {
-        add(c, "cpufreq-governor", INFO, NULL, "no cpufreq (a VM, or a "
-            "fixed frequency)");
+        check_add(c, "cpufreq-governor", INFO, NULL, "no cpufreq (a VM, or a "
+                  "fixed frequency)");
     } else if (!bad) {
-        add(c, "cpufreq-governor", OK, NULL, "performance governor");
+        check_add(c, "cpufreq-governor", OK, NULL, "performance governor");
     }
 }
 
@@ -347,17 +349,17 @@ static void check_governor(Ctx *c)
  */
 static void check_clocksource(Ctx *c)
 {
-    g_autofree char *source = read_trimmed(c, "/sys/devices/system/"
-                                           "clocksource/clocksource0/"
-                                           "current_clocksource");
+    g_autofree char *source = check_read_trimmed(c, "/sys/devices/system/"
+                                                 "clocksource/clocksource0/"
+                                                 "current_clocksource");
 
     if (!source) {
-        add(c, "clocksource", INFO, NULL, "no clocksource in sysfs");
+        check_add(c, "clocksource", INFO, NULL, "no clocksource in sysfs");
     } else if (!strcmp(source, "tsc")) {
-        add(c, "clocksource", OK, NULL, "the kernel keeps time with the "
-            "TSC");
+        check_add(c, "clocksource", OK, NULL, "the kernel keeps time with the "
+                  "TSC");
     } else {
-        add(c, "clocksource", WARN, "see why with 'dmesg | grep -i tsc'; "
+        check_add(c, "clocksource", WARN, "see why with 'dmesg | grep -i tsc'; "
             "only if the TSCs are in fact synchronized (constant_tsc, one "
             "clock domain), boot with tsc=reliable", "the kernel keeps "
             "time with %s, not the TSC: KVM adjusts guest TSCs when a vCPU "
@@ -371,7 +373,7 @@ static void check_clocksource(Ctx *c)
  * __SO_ACCEPTCON in Flags)?  Looking, unlike connecting, cannot take the
  * one session of a peer that serves only one.
  */
-static bool unix_listener(Ctx *c, const char *path)
+static bool check_unix_listener(Ctx *c, const char *path)
 {
     g_autofree char *table = NULL;
     g_auto(GStrv) lines = NULL;
@@ -408,12 +410,12 @@ static void check_vhost(Ctx *c)
 {
     int i;
 
-    if (opens(c, "/dev/vhost-net")) {
-        add(c, "vhost-net", OK, NULL, "/dev/vhost-net opens");
+    if (check_opens(c, "/dev/vhost-net")) {
+        check_add(c, "vhost-net", OK, NULL, "/dev/vhost-net opens");
     } else {
-        add(c, "vhost-net", WARN, "modprobe vhost_net, and give QEMU's "
-            "user access to /dev/vhost-net", "no usable /dev/vhost-net: "
-            "hpnet's throughput choice falls back to QEMU's virtio-net");
+        check_add(c, "vhost-net", WARN, "modprobe vhost_net, and give QEMU's "
+                  "user access to /dev/vhost-net", "no usable /dev/vhost-net: "
+                  "hpnet's throughput choice falls back to QEMU's virtio-net");
     }
     for (i = 0; i < c->sockets->len; i++) {
         const char *sock = g_ptr_array_index(c->sockets, i);
@@ -421,17 +423,18 @@ static void check_vhost(Ctx *c)
         struct stat st;
 
         if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-            unix_listener(c, sock)) {
-            add(c, "vhost-user", OK, NULL, "a peer listens on %s", sock);
+            check_unix_listener(c, sock)) {
+            check_add(c, "vhost-user", OK, NULL, "a peer listens on %s", sock);
         } else if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-            add(c, "vhost-user", WARN, "start the vhost-user peer (a "
+            check_add(c, "vhost-user", WARN, "start the vhost-user peer (a "
                 "peer that exited leaves its socket file behind)", "%s is "
                 "a socket, but nothing in this network namespace listens "
                 "on it (a peer in another one is not seen from here)",
                 sock);
         } else {
-            add(c, "vhost-user", FAIL, "start the vhost-user peer (OVS-DPDK, "
-                "testpmd) on that socket first", "%s is not a socket", sock);
+            check_add(c, "vhost-user", FAIL, "start the vhost-user peer "
+                      "(OVS-DPDK, testpmd) on that socket first",
+                      "%s is not a socket", sock);
         }
     }
 }
@@ -445,7 +448,7 @@ static void check_sriov(Ctx *c)
     for (i = 0; devs && devs[i]; i++) {
         g_autofree char *path = g_strdup_printf("%s/%s/sriov_numvfs", dir,
                                                 devs[i]);
-        g_autofree char *text = read_trimmed(c, path);
+        g_autofree char *text = check_read_trimmed(c, path);
         g_autofree char *why = NULL, *vf = NULL, *fix = NULL;
 
         if (!text) {
@@ -454,16 +457,16 @@ static void check_sriov(Ctx *c)
         pfs++;
         vf = hpnet_probe_pf(c->host.root, devs[i], &why);
         if (vf) {
-            add(c, "sriov", OK, NULL, "%s", why);
+            check_add(c, "sriov", OK, NULL, "%s", why);
         } else {
             fix = g_strdup_printf("create VFs (echo N > %s%s), bind them "
                                   "to vfio-pci (driver_override)", dir,
                                   strchr(path + strlen(dir), '/'));
-            add(c, "sriov", WARN, fix, "%s", why);
+            check_add(c, "sriov", WARN, fix, "%s", why);
         }
     }
     if (!pfs) {
-        add(c, "sriov", INFO, NULL, "no SR-IOV capable device");
+        check_add(c, "sriov", INFO, NULL, "no SR-IOV capable device");
     }
 }
 
@@ -474,8 +477,8 @@ static void check_numa(Ctx *c)
     int i, spanned = 0;
 
     if (!c->have_cores) {
-        add(c, "numa", INFO, NULL, "give --host-cpus= to check NUMA "
-            "placement");
+        check_add(c, "numa", INFO, NULL, "give --host-cpus= to check NUMA "
+                  "placement");
         return;
     }
     for (i = 0; nodes && nodes[i]; i++) {
@@ -490,11 +493,11 @@ static void check_numa(Ctx *c)
         }
     }
     if (spanned > 1) {
-        add(c, "numa", WARN, "choose host-cpus= within one NUMA node, the "
-            "one of the guest's memory and NIC", "the cores span %d NUMA "
-            "nodes", spanned);
+        check_add(c, "numa", WARN, "choose host-cpus= within one NUMA "
+                  "node, the one of the guest's memory and NIC",
+                  "the cores span %d NUMA nodes", spanned);
     } else {
-        add(c, "numa", OK, NULL, "the cores are in one NUMA node");
+        check_add(c, "numa", OK, NULL, "the cores are in one NUMA node");
     }
 }
 
@@ -514,27 +517,27 @@ static void check_helper(Ctx *c)
     fd = unix_connect(sock, NULL);
     if (fd < 0) {
         /* Needed for host-cpus= only: a shared-core VM runs without. */
-        add(c, "helper", c->have_cores ? FAIL : WARN, "systemctl enable "
-            "--now qemu-hpkvm-helper.socket (see "
-            "docs/system/hpkvm-helper.rst)",
-            "qemu-hpkvm-helper does not answer on %s: QEMU refuses "
-            "host-cpus= without it", HPKVM_HELPER_SOCKET);
+        check_add(c, "helper", c->have_cores ? FAIL : WARN, "systemctl enable "
+                  "--now qemu-hpkvm-helper.socket (see "
+                  "docs/system/hpkvm-helper.rst)",
+                  "qemu-hpkvm-helper does not answer on %s: QEMU refuses "
+                  "host-cpus= without it", HPKVM_HELPER_SOCKET);
     } else {
         close(fd);
-        add(c, "helper", OK, NULL, "qemu-hpkvm-helper answers on %s",
-            HPKVM_HELPER_SOCKET);
+        check_add(c, "helper", OK, NULL, "qemu-hpkvm-helper answers on %s",
+                  HPKVM_HELPER_SOCKET);
     }
     p = hpkvm_helper_policy_load(policy, &err);
     if (!p) {
-        add(c, "helper-policy", FAIL, "fix the file; the helper does not "
-            "start with it", "%s", error_get_pretty(err));
+        check_add(c, "helper-policy", FAIL, "fix the file; the helper does not "
+                  "start with it", "%s", error_get_pretty(err));
         error_free(err);
         return;
     }
     if (!c->have_cores || geteuid() == 0) {
-        add(c, "helper-policy", INFO, NULL, "%s read; root may lease any "
-            "core: run qemu-hpkvm-check as QEMU's user with --host-cpus= "
-            "to check that user", HPKVM_HELPER_POLICY);
+        check_add(c, "helper-policy", INFO, NULL, "%s read; root may lease any "
+                  "core: run qemu-hpkvm-check as QEMU's user with --host-cpus= "
+                  "to check that user", HPKVM_HELPER_POLICY);
         return;
     }
     n = getgroups(ARRAY_SIZE(list), list);
@@ -542,11 +545,11 @@ static void check_helper(Ctx *c)
         g_array_append_vals(groups, list, n);
     }
     if (hpkvm_helper_policy_allows(p, &me, &c->cores, &err)) {
-        add(c, "helper-policy", OK, NULL, "uid %u may lease the cores",
-            (unsigned)me.uid);
+        check_add(c, "helper-policy", OK, NULL, "uid %u may lease the cores",
+                  (unsigned)me.uid);
     } else {
-        add(c, "helper-policy", FAIL, "add the allow line to the policy",
-            "%s", error_get_pretty(err));
+        check_add(c, "helper-policy", FAIL, "add the allow line to the policy",
+                  "%s", error_get_pretty(err));
         error_free(err);
     }
 }
@@ -555,7 +558,7 @@ static void check_leftovers(Ctx *c)
 {
     g_autofree char *journal = g_strconcat(c->state_dir, "/host.journal",
                                            NULL);
-    g_autofree char *mounts = read_trimmed(c, "/proc/mounts");
+    g_autofree char *mounts = check_read_trimmed(c, "/proc/mounts");
     g_autofree HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
     g_autofree char *leases = g_strconcat(c->state_dir, "/leases", NULL);
     g_autofree char *dir = hpkvm_host_path(&c->host, c->state_dir);
@@ -564,24 +567,25 @@ static void check_leftovers(Ctx *c)
     struct stat st;
 
     if (mounts && (strstr(mounts, "cpuset") || strstr(mounts, "cgroup2"))) {
-        add(c, "cgroup-cpuset", OK, NULL, "a cpuset controller is mounted");
+        check_add(c, "cgroup-cpuset", OK, NULL,
+                  "a cpuset controller is mounted");
     } else {
-        add(c, "cgroup-cpuset", WARN, "mount the cgroup v2 hierarchy (or "
+        check_add(c, "cgroup-cpuset", WARN, "mount the cgroup v2 hierarchy (or "
             "the v1 cpuset one)", "no cpuset controller: isolation narrows "
             "each task's affinity, and tasks that set their own are not "
             "kept off the VMs' cores");
     }
     if (stat(dir, &st) < 0 && errno == ENOENT) {
-        add(c, "host-changes", OK, NULL, "no hpkvm VM has run: %s does "
-            "not exist", c->state_dir);
+        check_add(c, "host-changes", OK, NULL, "no hpkvm VM has run: %s does "
+                  "not exist", c->state_dir);
         return;
     }
     if (st.st_uid != geteuid() && geteuid() != 0) {
         /* hpkvm's own (root's) and closed to others, as it must be. */
-        add(c, "host-changes", INFO, "run qemu-hpkvm-check as root to see "
-            "them", "the leases and the journal in %s belong to uid %u: "
-            "this user cannot read them", c->state_dir,
-            (unsigned)st.st_uid);
+        check_add(c, "host-changes", INFO, "run qemu-hpkvm-check as root "
+                  "to see them", "the leases and the journal in %s belong "
+                  "to uid %u: this user cannot read them", c->state_dir,
+                  (unsigned)st.st_uid);
         return;
     }
     /*
@@ -599,26 +603,26 @@ static void check_leftovers(Ctx *c)
         }
     }
     if (!trusted) {
-        add(c, "host-changes", WARN, "let hpkvm recreate it: remove it "
-            "while no hpkvm VM runs", "the state directory is not "
-            "trusted: %s", error_get_pretty(err));
+        check_add(c, "host-changes", WARN, "let hpkvm recreate it: remove it "
+                  "while no hpkvm VM runs", "the state directory is not "
+                  "trusted: %s", error_get_pretty(err));
         error_free(err);
         return;
     }
     if (hpkvm_host_exists(&c->host, journal) &&
         hpkvm_cpuset_empty(&map->leased)) {
-        add(c, "host-changes", WARN, "run qemu-hpkvm-recover (or start an "
-            "hpkvm VM, which does the same)", "%s holds host changes of "
-            "hpkvm VMs that are gone", journal);
+        check_add(c, "host-changes", WARN, "run qemu-hpkvm-recover (or "
+                  "start an hpkvm VM, which does the same)",
+                  "%s holds host changes of hpkvm VMs that are gone", journal);
     } else {
         g_autofree char *leased = hpkvm_cpuset_format(&map->leased);
 
-        add(c, "host-changes", OK, NULL, "cores leased by running VMs: %s",
-            *leased ? leased : "none");
+        check_add(c, "host-changes", OK, NULL,
+                  "cores leased by running VMs: %s", *leased ? leased : "none");
     }
 }
 
-static void print_human(Ctx *c)
+static void check_print_human(Ctx *c)
 {
     int i;
 
@@ -634,7 +638,7 @@ static void print_human(Ctx *c)
 }
 
 /* QEMU's JSON writer: paths and names in any bytes make valid JSON. */
-static void print_json(Ctx *c, bool ready)
+static void check_print_json(Ctx *c, bool ready)
 {
     g_autoptr(QDict) out = qdict_new();
     g_autoptr(GString) json = NULL;
@@ -659,7 +663,7 @@ static void print_json(Ctx *c, bool ready)
     printf("%s\n", json->str);
 }
 
-static void usage(const char *name)
+static void check_usage(const char *name)
 {
     printf("Usage: %s [--host-cpus=LIST] [--vhost-user-socket=PATH]... "
            "[--json]\n"
@@ -713,7 +717,7 @@ int main(int argc, char **argv)
             json = true;
             break;
         case 'h':
-            usage(argv[0]);
+            check_usage(argv[0]);
             return 0;
         default:
             /* getopt_long() said which option */
@@ -745,9 +749,9 @@ int main(int argc, char **argv)
         ready &= ((Check *)g_ptr_array_index(c.checks, i))->verdict != FAIL;
     }
     if (json) {
-        print_json(&c, ready);
+        check_print_json(&c, ready);
     } else {
-        print_human(&c);
+        check_print_human(&c);
         printf("%s\n", ready ? "ready for hpkvm" :
                "NOT ready for hpkvm: fix the [fail] items");
     }

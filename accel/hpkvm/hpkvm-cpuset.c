@@ -12,8 +12,8 @@
 #include "qapi/error.h"
 #include "hpkvm-cpuset.h"
 
-static bool parse_cpu(const char **p, unsigned *cpu, const char *list,
-                      const char *what, Error **errp)
+static bool cpuset_parse_cpu(const char **p, unsigned *cpu, const char *list,
+                             const char *what, Error **errp)
 {
     const char *end;
     uint64_t value;
@@ -44,13 +44,13 @@ bool hpkvm_cpuset_parse(const char *list, HpkvmCpuSet *set,
     while (*p) {
         unsigned first, last;
 
-        if (!parse_cpu(&p, &first, text, what, errp)) {
+        if (!cpuset_parse_cpu(&p, &first, text, what, errp)) {
             return false;
         }
         last = first;
         if (*p == '-') {
             p++;
-            if (!parse_cpu(&p, &last, text, what, errp)) {
+            if (!cpuset_parse_cpu(&p, &last, text, what, errp)) {
                 return false;
             }
             if (last < first) {

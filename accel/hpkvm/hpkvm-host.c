@@ -365,12 +365,12 @@ char *hpkvm_host_cpuset_mount(const HpkvmHost *h, bool *v2)
     return mount;
 }
 
-static gint compare_pid(gconstpointer a, gconstpointer b)
+static gint host_compare_pid(gconstpointer a, gconstpointer b)
 {
     return *(const pid_t *)a - *(const pid_t *)b;
 }
 
-static GArray *numeric_entries(const HpkvmHost *h, const char *path)
+static GArray *host_numeric_entries(const HpkvmHost *h, const char *path)
 {
     g_auto(GStrv) names = hpkvm_host_list(h, path);
     GArray *ids = g_array_new(false, false, sizeof(pid_t));
@@ -384,19 +384,19 @@ static GArray *numeric_entries(const HpkvmHost *h, const char *path)
             g_array_append_val(ids, id);
         }
     }
-    g_array_sort(ids, compare_pid);
+    g_array_sort(ids, host_compare_pid);
     return ids;
 }
 
 GArray *hpkvm_host_pids(const HpkvmHost *h)
 {
-    return numeric_entries(h, "/proc");
+    return host_numeric_entries(h, "/proc");
 }
 
 GArray *hpkvm_host_tids(const HpkvmHost *h, pid_t pid)
 {
     g_autofree char *path = g_strdup_printf("/proc/%d/task", pid);
-    GArray *tids = numeric_entries(h, path);
+    GArray *tids = host_numeric_entries(h, path);
 
     if (!tids->len && !hpkvm_host_exists(h, path)) {
         /* A fake tree may describe a process without its threads. */

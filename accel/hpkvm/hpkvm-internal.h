@@ -71,9 +71,18 @@ struct HPKVMState {
     /* Migration (hpkvm-migration.c) */
     int64_t guest_tsc_khz;      /* 0: unknown */
     HpkvmMigState mig;
-    strList *incoming_lost;     /* the source's promises not kept here */
+    HpkvmLostPromiseList *incoming_lost; /* promises not kept here */
     NotifierWithReturn migration_notifier;
 };
+
+/*
+ * HpkvmExit lists KVM_X86_DISABLE_EXITS_* in the order of their bits, so
+ * that one table, the QAPI enum's, names both the report and the stream.
+ */
+QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_MWAIT != 1 << HPKVM_EXIT_MWAIT);
+QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_HLT != 1 << HPKVM_EXIT_HLT);
+QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_PAUSE != 1 << HPKVM_EXIT_PAUSE);
+QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_CSTATE != 1 << HPKVM_EXIT_CSTATE);
 
 /* What the guest's CPUs look like, for the checks negotiation makes. */
 typedef struct HpkvmGuestFacts {

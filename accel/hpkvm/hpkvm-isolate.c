@@ -42,8 +42,8 @@ typedef struct Reconcile {
 } Reconcile;
 
 /* Cores leased by VMs other than @owner (0: by any VM). */
-static void leased_by_others(const HpkvmLeaseMap *map, pid_t owner,
-                             HpkvmCpuSet *out)
+static void isolate_leased_by_others(const HpkvmLeaseMap *map, pid_t owner,
+                                     HpkvmCpuSet *out)
 {
     unsigned cpu;
 
@@ -55,7 +55,7 @@ static void leased_by_others(const HpkvmLeaseMap *map, pid_t owner,
     }
 }
 
-static bool is_owner(const HpkvmLeaseMap *map, pid_t pid)
+static bool isolate_is_owner(const HpkvmLeaseMap *map, pid_t pid)
 {
     unsigned cpu;
 
@@ -68,8 +68,8 @@ static bool is_owner(const HpkvmLeaseMap *map, pid_t pid)
 }
 
 /* @orig minus @taken; where nothing is left, the cores no one leases. */
-static void narrowed(const Reconcile *r, const HpkvmCpuSet *orig,
-                     const HpkvmCpuSet *taken, HpkvmCpuSet *out)
+static void isolate_narrowed(const Reconcile *r, const HpkvmCpuSet *orig,
+                             const HpkvmCpuSet *taken, HpkvmCpuSet *out)
 {
     hpkvm_cpuset_andnot(out, orig, taken);
     if (hpkvm_cpuset_empty(out)) {
@@ -81,8 +81,9 @@ static void narrowed(const Reconcile *r, const HpkvmCpuSet *orig,
  * Write @value to @path, journaling what it held first; false if the
  * journal failed (nothing written), else the write's result in *ret.
  */
-static bool change_file(Reconcile *r, const char *path, const char *orig,
-                        const char *value, int *ret, Error **errp)
+static bool isolate_change_file(Reconcile *r, const char *path,
+                                const char *orig, const char *value, int *ret,
+                                Error **errp)
 {
     bool first = !hpkvm_journal_original(r->j, HPKVM_UNDO_WRITE, path);
 
@@ -99,7 +100,7 @@ static bool change_file(Reconcile *r, const char *path, const char *orig,
 }
 
 /* A file's value before hpkvm first changed it, and its value now. */
-static char *original_text(Reconcile *r, const char *path, char **now)
+static char *isolate_original_text(Reconcile *r, const char *path, char **now)
 {
     const char *orig = hpkvm_journal_original(r->j, HPKVM_UNDO_WRITE, path);
 
@@ -110,22 +111,53 @@ static char *original_text(Reconcile *r, const char *path, char **now)
     return g_strdup(orig ?: *now);
 }
 
-static void note_irq(Reconcile *r, const HpkvmCpuSet *cores, int irq,
-                     const char *name, int err)
+static HpkvmHostTask *isolate_host_task(const HpkvmTask *t)
+{
+    HpkvmHostTask *ht = g_new0(HpkvmHostTask, 1);
+
+    ht->pid = t->tid;
+    ht->comm = g_strdup(t->comm);
+    return ht;
+}
+
+/* Report a task, a cgroup or a control file that stays as it was. */
+static void isolate_left_behind(Reconcile *r, const HpkvmTask *t,
+                                const char *cgroup, const char *file,
+                                const char *why)
+{
+    HpkvmLeftBehind *l = g_new0(HpkvmLeftBehind, 1);
+
+    l->task = t ? isolate_host_task(t) : NULL;
+    l->cgroup = g_strdup(cgroup);
+    l->file = g_strdup(file);
+    l->reason = g_strdup(why);
+    QAPI_LIST_PREPEND(r->report->tasks_left, l);
+}
+
+static void isolate_note_irq(Reconcile *r, const HpkvmCpuSet *cores, int irq,
+                             const char *name, int err)
 {
     unsigned cpu;
 
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         HpkvmCoreIsolation *c = r->core[cpu];
+        HpkvmIrqLeft *left;
 
         if (!c) {
             continue;
         }
         if (err) {
-            QAPI_LIST_PREPEND(c->irqs_left,
-                              g_strdup_printf("%d%s%s: %s", irq,
-                                              *name ? " " : "", name,
-                                              strerror(-err)));
+            left = g_new0(HpkvmIrqLeft, 1);
+            left->irq = irq;
+            left->handlers = g_strdup(name);
+            /*
+             * EIO is how the kernel refuses an IRQ it cannot move (the
+             * PIT's, a cascade, a per-CPU one): say that, not the errno.
+             */
+            left->reason = err == -EIO ?
+                g_strdup("the kernel does not move it (smp_affinity: EIO)") :
+                g_strdup_printf("smp_affinity: %s", strerror(-err));
+            QAPI_LIST_PREPEND(c->irqs_left, left);
         } else {
             QAPI_LIST_PREPEND(c->irqs_moved, irq);
         }
@@ -133,7 +165,7 @@ static void note_irq(Reconcile *r, const HpkvmCpuSet *cores, int irq,
 }
 
 /* The names of an IRQ's handlers: the directories /proc/irq/N holds. */
-static char *irq_name(Reconcile *r, const char *dir)
+static char *isolate_irq_name(Reconcile *r, const char *dir)
 {
     g_auto(GStrv) names = hpkvm_host_list(r->h, dir);
     g_autoptr(GString) out = g_string_new("");
@@ -155,11 +187,11 @@ static char *irq_name(Reconcile *r, const char *dir)
  * A hexadecimal CPU mask file: default_smp_affinity (where new IRQs go)
  * or the workqueue cpumask (where unbound kernel workers run).
  */
-static bool reconcile_mask(Reconcile *r, const char *path,
-                           const HpkvmCpuSet *leased, Error **errp)
+static bool isolate_reconcile_mask(Reconcile *r, const char *path,
+                                   const HpkvmCpuSet *leased, Error **errp)
 {
     g_autofree char *now = NULL;
-    g_autofree char *orig = original_text(r, path, &now);
+    g_autofree char *orig = isolate_original_text(r, path, &now);
     g_autofree char *mask = NULL;
     HpkvmCpuSet o, cur, want;
     int ret;
@@ -168,30 +200,30 @@ static bool reconcile_mask(Reconcile *r, const char *path,
         !hpkvm_cpuset_parse_mask(now, &cur, path, NULL)) {
         return true;
     }
-    narrowed(r, &o, leased, &want);
+    isolate_narrowed(r, &o, leased, &want);
     if (hpkvm_cpuset_equal(&cur, &want)) {
         return true;
     }
     /* As many 32-bit words as the kernel wrote. */
     mask = hpkvm_cpuset_format_mask(&want, (strlen(orig) + 1) / 9 * 32);
-    if (!change_file(r, path, orig, mask, &ret, errp)) {
+    if (!isolate_change_file(r, path, orig, mask, &ret, errp)) {
         return false;
     }
     if (ret < 0) {
-        QAPI_LIST_PREPEND(r->report->tasks_left,
-                          g_strdup_printf("%s: %s", path, strerror(-ret)));
+        isolate_left_behind(r, NULL, NULL, path, strerror(-ret));
     }
     return true;
 }
 
-static bool reconcile_irqs(Reconcile *r, const HpkvmCpuSet *leased,
-                           Error **errp)
+static bool isolate_reconcile_irqs(Reconcile *r, const HpkvmCpuSet *leased,
+                                   Error **errp)
 {
     g_auto(GStrv) irqs = hpkvm_host_list(r->h, "/proc/irq");
     HpkvmCpuSet o, cur, want;
     int i, ret;
 
-    if (!reconcile_mask(r, "/proc/irq/default_smp_affinity", leased, errp)) {
+    if (!isolate_reconcile_mask(r, "/proc/irq/default_smp_affinity", leased,
+                                errp)) {
         return false;
     }
     for (i = 0; irqs && irqs[i]; i++) {
@@ -205,34 +237,34 @@ static bool reconcile_irqs(Reconcile *r, const HpkvmCpuSet *leased,
         if (qemu_strtoi(irqs[i], NULL, 10, &irq) < 0) {
             continue;
         }
-        first = original_text(r, path, &text);
+        first = isolate_original_text(r, path, &text);
         if (!first || !hpkvm_cpuset_parse(first, &o, path, NULL) ||
             !hpkvm_cpuset_parse(text, &cur, path, NULL)) {
             continue;
         }
-        narrowed(r, &o, leased, &want);
+        isolate_narrowed(r, &o, leased, &want);
         if (hpkvm_cpuset_equal(&cur, &want)) {
             /* Already where it should be: report what it was moved off. */
             bitmap_and(moved.bits, o.bits, leased->bits,
                        HPKVM_MAX_HOST_CPUS);
             if (hpkvm_journal_original(r->j, HPKVM_UNDO_WRITE, path)) {
-                note_irq(r, &moved, irq, "", 0);
+                isolate_note_irq(r, &moved, irq, "", 0);
             }
             continue;
         }
         list = hpkvm_cpuset_format(&want);
-        name = irq_name(r, dir);
-        if (!change_file(r, path, first, list, &ret, errp)) {
+        name = isolate_irq_name(r, dir);
+        if (!isolate_change_file(r, path, first, list, &ret, errp)) {
             return false;
         }
         bitmap_and(moved.bits, o.bits, leased->bits, HPKVM_MAX_HOST_CPUS);
-        note_irq(r, &moved, irq, name, ret);
+        isolate_note_irq(r, &moved, irq, name, ret);
     }
     return true;
 }
 
 /* The cgroup of a process in the cpuset hierarchy, "/" for the root. */
-static char *task_cgroup(Reconcile *r, pid_t pid)
+static char *isolate_task_cgroup(Reconcile *r, pid_t pid)
 {
     g_autofree char *path = g_strdup_printf(r->v2 ? "/proc/%d/cgroup" :
                                             "/proc/%d/cpuset", pid);
@@ -254,14 +286,15 @@ static char *task_cgroup(Reconcile *r, pid_t pid)
 }
 
 /* Does the cgroup @rel (relative to the mount) hold a lease owner? */
-static void owners_inside(Reconcile *r, const char *rel, HpkvmCpuSet *cores)
+static void isolate_owners_inside(Reconcile *r, const char *rel,
+                                  HpkvmCpuSet *cores)
 {
     const HpkvmLeaseMap *map = r->req->leases;
     unsigned cpu;
 
     hpkvm_cpuset_clear(cores);
     HPKVM_CPUSET_FOREACH(cpu, &map->leased) {
-        g_autofree char *cg = task_cgroup(r, map->owner[cpu]);
+        g_autofree char *cg = isolate_task_cgroup(r, map->owner[cpu]);
 
         if (cg && g_str_has_prefix(cg, rel) &&
             (cg[strlen(rel)] == '/' || !cg[strlen(rel)])) {
@@ -278,7 +311,7 @@ typedef struct Group {
     HpkvmCpuSet want;
 } Group;
 
-static void group_free(gpointer p)
+static void isolate_group_free(gpointer p)
 {
     Group *g = p;
 
@@ -289,8 +322,8 @@ static void group_free(gpointer p)
 }
 
 /* Existing cgroups below @rel, parents before children. */
-static void collect_groups(Reconcile *r, const char *rel,
-                           const HpkvmCpuSet *leased, GPtrArray *out)
+static void isolate_collect_groups(Reconcile *r, const char *rel,
+                                   const HpkvmCpuSet *leased, GPtrArray *out)
 {
     g_autofree char *dir = g_strconcat(r->mount, rel, NULL);
     g_auto(GStrv) names = hpkvm_host_list(r->h, dir);
@@ -310,7 +343,7 @@ static void collect_groups(Reconcile *r, const char *rel,
         }
         g = g_new0(Group, 1);
         g->rel = g_steal_pointer(&sub);
-        g->orig = original_text(r, cpus, &now);
+        g->orig = isolate_original_text(r, cpus, &now);
         g->path = g_steal_pointer(&cpus);
         g_ptr_array_add(out, g);
         if (!g->orig || !hpkvm_cpuset_parse(now, &cur, g->path, NULL) ||
@@ -325,7 +358,7 @@ static void collect_groups(Reconcile *r, const char *rel,
             if (hpkvm_cpuset_empty(&cur)) {
                 cur = r->online;
             }
-            owners_inside(r, g->rel, &inside);
+            isolate_owners_inside(r, g->rel, &inside);
             hpkvm_cpuset_andnot(&taken, leased, &inside);
             hpkvm_cpuset_andnot(&g->want, &o, &taken);
             if (hpkvm_cpuset_equal(&g->want, &o) && !*g->orig) {
@@ -334,11 +367,11 @@ static void collect_groups(Reconcile *r, const char *rel,
             hpkvm_cpuset_andnot(&taken, &cur, &g->want);
             g->widen = hpkvm_cpuset_empty(&taken);
         }
-        collect_groups(r, g->rel, leased, out);
+        isolate_collect_groups(r, g->rel, leased, out);
     }
 }
 
-static bool write_group(Reconcile *r, Group *g, Error **errp)
+static bool isolate_write_group(Reconcile *r, Group *g, Error **errp)
 {
     g_autofree char *now = NULL;
     g_autofree char *list = NULL;
@@ -353,44 +386,44 @@ static bool write_group(Reconcile *r, Group *g, Error **errp)
     if (hpkvm_cpuset_empty(&g->want) && !*g->orig) {
         list = g_strdup("");
     } else if (hpkvm_cpuset_empty(&g->want)) {
-        QAPI_LIST_PREPEND(r->report->tasks_left,
-                          g_strdup_printf("cgroup %s: its cpuset has only "
-                                          "leased cores; left as it is",
-                                          g->rel));
+        isolate_left_behind(r, NULL, g->rel, NULL,
+                            "its cpuset has only leased cores; left as it is");
         return true;
     } else {
         list = hpkvm_cpuset_format(&g->want);
     }
-    if (!change_file(r, g->path, g->orig, list, &ret, errp)) {
+    if (!isolate_change_file(r, g->path, g->orig, list, &ret, errp)) {
         return false;
     }
     if (ret < 0) {
-        QAPI_LIST_PREPEND(r->report->tasks_left,
-                          g_strdup_printf("cgroup %s: cpuset.cpus: %s",
-                                          g->rel, strerror(-ret)));
+        g_autofree char *why = g_strdup_printf("cpuset.cpus: %s",
+                                               strerror(-ret));
+
+        isolate_left_behind(r, NULL, g->rel, NULL, why);
     }
     return true;
 }
 
 /* Narrowed cgroups: children first; widened ones: parents first. */
-static bool reconcile_groups(Reconcile *r, const HpkvmCpuSet *leased,
-                             Error **errp)
+static bool isolate_reconcile_groups(Reconcile *r, const HpkvmCpuSet *leased,
+                                     Error **errp)
 {
-    g_autoptr(GPtrArray) groups = g_ptr_array_new_with_free_func(group_free);
+    g_autoptr(GPtrArray) groups =
+        g_ptr_array_new_with_free_func(isolate_group_free);
     int i;
 
-    collect_groups(r, "", leased, groups);
+    isolate_collect_groups(r, "", leased, groups);
     for (i = 0; i < groups->len; i++) {
         Group *g = g_ptr_array_index(groups, i);
 
-        if (g->widen && !write_group(r, g, errp)) {
+        if (g->widen && !isolate_write_group(r, g, errp)) {
             return false;
         }
     }
     for (i = groups->len - 1; i >= 0; i--) {
         Group *g = g_ptr_array_index(groups, i);
 
-        if (!g->widen && !write_group(r, g, errp)) {
+        if (!g->widen && !isolate_write_group(r, g, errp)) {
             return false;
         }
         if (hpkvm_journal_original(r->j, HPKVM_UNDO_WRITE, g->path)) {
@@ -401,7 +434,7 @@ static bool reconcile_groups(Reconcile *r, const HpkvmCpuSet *leased,
 }
 
 /* hpkvm.host: the cores no VM leases, for the root cgroup's tasks. */
-static bool host_group(Reconcile *r, Error **errp)
+static bool isolate_host_group(Reconcile *r, Error **errp)
 {
     g_autofree char *dir = g_strconcat(r->mount, "/" HOST_GROUP, NULL);
     g_autofree char *root_procs = g_strconcat(r->mount, "/cgroup.procs",
@@ -460,15 +493,14 @@ static bool host_group(Reconcile *r, Error **errp)
     return true;
 }
 
-static void task_left(Reconcile *r, const HpkvmTask *t, const char *why)
+static void isolate_task_left(Reconcile *r, const HpkvmTask *t, const char *why)
 {
-    QAPI_LIST_PREPEND(r->report->tasks_left,
-                      g_strdup_printf("%d %s: %s", t->tid, t->comm, why));
+    isolate_left_behind(r, t, NULL, NULL, why);
 }
 
 /* Narrow one thread's affinity to its original minus @taken. */
-static bool narrow_affinity(Reconcile *r, const HpkvmTask *t,
-                            const HpkvmCpuSet *taken, Error **errp)
+static bool isolate_narrow_affinity(Reconcile *r, const HpkvmTask *t,
+                                    const HpkvmCpuSet *taken, Error **errp)
 {
     g_autofree char *key = hpkvm_journal_task_key(t->pid, t->tid, t->start);
     const char *first = hpkvm_journal_original(r->j, HPKVM_UNDO_AFFINITY,
@@ -492,7 +524,8 @@ static bool narrow_affinity(Reconcile *r, const HpkvmTask *t,
         return true;
     }
     if (!r->h->set_affinity) {
-        task_left(r, t, "its affinity can only be set on the real host");
+        isolate_task_left(r, t,
+                          "its affinity can only be set on the real host");
         return true;
     }
     if (!hpkvm_journal_record(r->j, HPKVM_UNDO_AFFINITY, key, orig, errp)) {
@@ -501,28 +534,28 @@ static bool narrow_affinity(Reconcile *r, const HpkvmTask *t,
     ret = r->h->set_affinity(t->tid, &want);
     trace_hpkvm_isolate_affinity(t->tid, t->comm, ret);
     if (ret < 0) {
-        task_left(r, t, strerror(-ret));
+        isolate_task_left(r, t, strerror(-ret));
     } else {
         r->report->tasks_moved++;
     }
     return true;
 }
 
-static void note_kthread(Reconcile *r, const HpkvmTask *t)
+static void isolate_note_kthread(Reconcile *r, const HpkvmTask *t)
 {
     unsigned cpu;
 
     HPKVM_CPUSET_FOREACH(cpu, &t->allowed) {
         if (r->core[cpu]) {
             QAPI_LIST_PREPEND(r->core[cpu]->kthreads_left,
-                              g_strdup_printf("%d %s", t->tid, t->comm));
+                              isolate_host_task(t));
         }
     }
 }
 
-static bool move_process(Reconcile *r, const HpkvmTask *t, Error **errp)
+static bool isolate_move_process(Reconcile *r, const HpkvmTask *t, Error **errp)
 {
-    g_autofree char *cg = task_cgroup(r, t->pid);
+    g_autofree char *cg = isolate_task_cgroup(r, t->pid);
     g_autofree char *key = NULL, *from = NULL, *to = NULL, *pid = NULL;
     int ret;
 
@@ -540,7 +573,7 @@ static bool move_process(Reconcile *r, const HpkvmTask *t, Error **errp)
     ret = hpkvm_host_append(r->h, to, pid);
     trace_hpkvm_isolate_move(t->pid, t->comm, ret);
     if (ret < 0) {
-        task_left(r, t, strerror(-ret));
+        isolate_task_left(r, t, strerror(-ret));
     } else {
         r->report->tasks_moved++;
     }
@@ -554,9 +587,9 @@ static bool move_process(Reconcile *r, const HpkvmTask *t, Error **errp)
  * have been born without isolation.  That is where the restore puts
  * every task of hpkvm.host anyway, so there is nothing to journal.
  */
-static void owner_leave_host_group(Reconcile *r, const HpkvmTask *t)
+static void isolate_owner_leave_host_group(Reconcile *r, const HpkvmTask *t)
 {
-    g_autofree char *cg = task_cgroup(r, t->pid);
+    g_autofree char *cg = isolate_task_cgroup(r, t->pid);
     g_autofree char *root = NULL, *pid = NULL;
     int ret;
 
@@ -568,30 +601,30 @@ static void owner_leave_host_group(Reconcile *r, const HpkvmTask *t)
     ret = hpkvm_host_append(r->h, root, pid);
     trace_hpkvm_isolate_move(t->pid, t->comm, ret);
     if (ret < 0) {
-        task_left(r, t, "a VM born in " HOST_GROUP " cannot leave it");
+        isolate_task_left(r, t, "a VM born in " HOST_GROUP " cannot leave it");
     }
 }
 
-static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
-                            Error **errp)
+static bool isolate_reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
+                                    Error **errp)
 {
     const HpkvmLeaseMap *map = r->req->leases;
     g_autoptr(GArray) pids = hpkvm_host_pids(r->h);
     int i, k;
 
-    if (!reconcile_mask(r, "/sys/devices/virtual/workqueue/cpumask", leased,
-                        errp)) {
+    if (!isolate_reconcile_mask(r, "/sys/devices/virtual/workqueue/cpumask",
+                                leased, errp)) {
         return false;
     }
-    if (r->mount && !host_group(r, errp)) {
+    if (r->mount && !isolate_host_group(r, errp)) {
         return false;
     }
-    if (r->mount && !reconcile_groups(r, leased, errp)) {
+    if (r->mount && !isolate_reconcile_groups(r, leased, errp)) {
         return false;
     }
     for (i = 0; i < pids->len; i++) {
         pid_t pid = g_array_index(pids, pid_t, i);
-        bool owner = is_owner(map, pid);
+        bool owner = isolate_is_owner(map, pid);
         g_autoptr(GArray) tids = NULL;
         HpkvmCpuSet taken;
         HpkvmTask t;
@@ -600,16 +633,16 @@ static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
             continue;
         }
         if (owner && r->mount) {
-            owner_leave_host_group(r, &t);
+            isolate_owner_leave_host_group(r, &t);
         }
         if (pid == r->req->self) {
             continue;
         }
         if (t.kthread) {
             if (hpkvm_cpuset_count(&t.allowed) == 1) {
-                note_kthread(r, &t);
+                isolate_note_kthread(r, &t);
             } else if (!t.pinned_by_kernel &&
-                       !narrow_affinity(r, &t, leased, errp)) {
+                       !isolate_narrow_affinity(r, &t, leased, errp)) {
                 return false;
             }
             /*
@@ -620,20 +653,20 @@ static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
             continue;
         }
         if (r->mount && !owner) {
-            if (!move_process(r, &t, errp)) {
+            if (!isolate_move_process(r, &t, errp)) {
                 return false;
             }
             continue;
         }
         /* A VM's own threads, or any task without a cpuset. */
-        leased_by_others(map, owner ? pid : 0, &taken);
+        isolate_leased_by_others(map, owner ? pid : 0, &taken);
         tids = hpkvm_host_tids(r->h, pid);
         for (k = 0; k < tids->len; k++) {
             HpkvmTask th;
 
             if (hpkvm_host_task(r->h, pid, g_array_index(tids, pid_t, k),
                                 &th) &&
-                !narrow_affinity(r, &th, &taken, errp)) {
+                !isolate_narrow_affinity(r, &th, &taken, errp)) {
                 return false;
             }
         }
@@ -641,9 +674,9 @@ static bool reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
     return true;
 }
 
-static HpkvmIsolation *new_report(const HpkvmHost *h,
-                                  const HpkvmCpuSet *cores,
-                                  HpkvmCoreIsolation **index)
+static HpkvmIsolation *isolate_new_report(const HpkvmHost *h,
+                                          const HpkvmCpuSet *cores,
+                                          HpkvmCoreIsolation **index)
 {
     HpkvmIsolation *rep = g_new0(HpkvmIsolation, 1);
     HpkvmCoreIsolationList **tail = &rep->cores;
@@ -682,7 +715,7 @@ HpkvmIsolation *hpkvm_isolate_report_off(const HpkvmHost *h,
                                          OnOffAuto requested,
                                          const char *reason)
 {
-    HpkvmIsolation *rep = new_report(h, cores, NULL);
+    HpkvmIsolation *rep = isolate_new_report(h, cores, NULL);
 
     rep->requested = requested;
     rep->method = HPKVM_TASK_ISOLATION_NONE;
@@ -696,8 +729,9 @@ HpkvmIsolation *hpkvm_isolate_reconcile(const HpkvmIsolateRequest *req,
 {
     g_autofree HpkvmCoreIsolation **index =
         g_new0(HpkvmCoreIsolation *, HPKVM_MAX_HOST_CPUS);
-    g_autoptr(HpkvmIsolation) rep = new_report(req->host, &req->report_cores,
-                                               index);
+    g_autoptr(HpkvmIsolation) rep = isolate_new_report(req->host,
+                                                       &req->report_cores,
+                                                       index);
     const HpkvmCpuSet *leased = &req->leases->leased;
     Reconcile r = {
         .req = req,
@@ -732,8 +766,8 @@ HpkvmIsolation *hpkvm_isolate_reconcile(const HpkvmIsolateRequest *req,
     rep->method = !r.mount ? HPKVM_TASK_ISOLATION_AFFINITY :
                   r.v2 ? HPKVM_TASK_ISOLATION_CGROUP_V2 :
                   HPKVM_TASK_ISOLATION_CGROUP_V1;
-    ok = reconcile_irqs(&r, leased, errp) &&
-         reconcile_tasks(&r, leased, errp);
+    ok = isolate_reconcile_irqs(&r, leased, errp) &&
+         isolate_reconcile_tasks(&r, leased, errp);
     g_free(r.mount);
     if (!ok) {
         return NULL;

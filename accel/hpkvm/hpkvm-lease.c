@@ -21,7 +21,7 @@ static int lease_dir(const HpkvmHost *h, const char *state_dir, char **shown,
     return hpkvm_state_dir_open(h, state_dir, "leases", errp);
 }
 
-static int ofd_lock(int fd, int cmd, short type)
+static int lease_ofd_lock(int fd, int cmd, short type)
 {
     struct flock fl = {
         .l_type = type,
@@ -103,7 +103,7 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                           "%u: ", cpu);
             goto fail;
         }
-        ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
+        ret = lease_ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
         if (ret < 0) {
             pid_t owner = lease_owner(fd, NULL);
 
@@ -174,7 +174,7 @@ bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
     }
     if (given.st_dev == file.st_dev && given.st_ino == file.st_ino &&
         locked) {
-        ret = ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
+        ret = lease_ofd_lock(fd, F_OFD_SETLK, F_WRLCK);
     }
     if (given.st_dev != file.st_dev || given.st_ino != file.st_ino ||
         !locked || ret < 0) {
@@ -287,7 +287,7 @@ int hpkvm_leases_lock_host(const HpkvmHost *h, const char *state_dir,
     if (fd < 0) {
         return -1;
     }
-    ret = ofd_lock(fd, F_OFD_SETLKW, F_WRLCK);
+    ret = lease_ofd_lock(fd, F_OFD_SETLKW, F_WRLCK);
     if (ret < 0) {
         error_setg_errno(errp, -ret, "hpkvm: cannot lock %s/host.lock", dir);
         close(fd);

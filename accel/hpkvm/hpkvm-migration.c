@@ -30,7 +30,7 @@
 #include "hpkvm-internal.h"
 #include "trace.h"
 
-static uint64_t granted_mask(HPKVMState *s)
+static uint64_t migration_granted_mask(HPKVMState *s)
 {
     uint64_t mask = 0;
     int f;
@@ -47,7 +47,7 @@ static bool hpkvm_promised(void *opaque)
 {
     HPKVMState *s = opaque;
 
-    return granted_mask(s) || s->disabled_exits || s->realtime_hint;
+    return migration_granted_mask(s) || s->disabled_exits || s->realtime_hint;
 }
 
 static int hpkvm_pre_save(void *opaque)
@@ -56,7 +56,7 @@ static int hpkvm_pre_save(void *opaque)
     HpkvmMigState *m = &s->mig;
     int f;
 
-    m->granted = granted_mask(s);
+    m->granted = migration_granted_mask(s);
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
         m->requested[f] = s->feat[f].requested;
     }
@@ -66,24 +66,25 @@ static int hpkvm_pre_save(void *opaque)
     return 0;
 }
 
-static const char *const exit_names[] = { "mwait", "hlt", "pause",
-                                          "cstate" };
-
 /* A promise this host cannot keep: refused under "on", noted under auto */
-static void lost(HPKVMState *s, GString *refused, int f, const char *what)
+static void migration_lost(HPKVMState *s, GString *refused, int f,
+                           const char *what)
 {
-    g_autofree char *line = g_strdup_printf("%s (%s on the source): %s",
-                                            HpkvmFeature_str(f),
-                                            OnOffAuto_str(s->mig.requested[f]),
-                                            what);
+    HpkvmLostPromise *p;
 
-    trace_hpkvm_migration_lost(line);
+    trace_hpkvm_migration_lost(HpkvmFeature_str(f),
+                               OnOffAuto_str(s->mig.requested[f]), what);
     if (s->mig.requested[f] == ON_OFF_AUTO_ON) {
-        g_string_append_printf(refused, "%s%s", refused->len ? "; " : "",
-                               line);
-    } else {
-        QAPI_LIST_PREPEND(s->incoming_lost, g_steal_pointer(&line));
+        g_string_append_printf(refused, "%s%s (on on the source): %s",
+                               refused->len ? "; " : "",
+                               HpkvmFeature_str(f), what);
+        return;
     }
+    p = g_new0(HpkvmLostPromise, 1);
+    p->feature = f;
+    p->source_requested = s->mig.requested[f];
+    p->reason = g_strdup(what);
+    QAPI_LIST_PREPEND(s->incoming_lost, p);
 }
 
 static int hpkvm_post_load(void *opaque, int version_id)
@@ -91,7 +92,7 @@ static int hpkvm_post_load(void *opaque, int version_id)
     HPKVMState *s = opaque;
     HpkvmMigState *in = &s->mig;
     g_autoptr(GString) refused = g_string_new("");
-    strList *l;
+    HpkvmLostPromiseList *l;
     int f, bit;
 
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
@@ -105,7 +106,7 @@ static int hpkvm_post_load(void *opaque, int version_id)
                 "granted by the source's kernel, not here (%s)",
                 s->feat[f].reason ?: "not negotiated");
 
-            lost(s, refused, f, why);
+            migration_lost(s, refused, f, why);
         }
     }
     if ((in->granted & (1ULL << HPKVM_FEATURE_TIMER_PASSTHROUGH)) &&
@@ -115,21 +116,21 @@ static int hpkvm_post_load(void *opaque, int version_id)
             "the guest programs deadlines for a %" PRId64 " kHz TSC, this "
             "host's runs at %" PRId64 " kHz", in->tsc_khz, s->guest_tsc_khz);
 
-        lost(s, refused, HPKVM_FEATURE_TIMER_PASSTHROUGH, why);
+        migration_lost(s, refused, HPKVM_FEATURE_TIMER_PASSTHROUGH, why);
     }
     if (in->realtime_hint && !s->realtime_hint) {
-        lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES,
-             "the guest was told its vCPUs are dedicated (KVM_HINTS_"
+        migration_lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES,
+                       "the guest was told its vCPUs are dedicated (KVM_HINTS_"
              "REALTIME); here they are not: add kvm-hint-dedicated=on to "
              "-cpu");
     }
-    for (bit = 0; bit < ARRAY_SIZE(exit_names); bit++) {
+    for (bit = 0; bit < HPKVM_EXIT__MAX; bit++) {
         if ((in->disabled_exits & ~s->disabled_exits) & (1U << bit)) {
             g_autofree char *why = g_strdup_printf(
                 "%s exits were disabled on the source, KVM here does not "
-                "disable them", exit_names[bit]);
+                "disable them", HpkvmExit_str(bit));
 
-            lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES, why);
+            migration_lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES, why);
         }
     }
     if (refused->len) {
@@ -141,7 +142,10 @@ static int hpkvm_post_load(void *opaque, int version_id)
         return -EPERM;
     }
     for (l = s->incoming_lost; l; l = l->next) {
-        warn_report("hpkvm: incoming migration degraded: %s", l->value);
+        warn_report("hpkvm: incoming migration degraded: %s (%s on the "
+                    "source): %s", HpkvmFeature_str(l->value->feature),
+                    OnOffAuto_str(l->value->source_requested),
+                    l->value->reason);
     }
     return 0;
 }

@@ -30,17 +30,17 @@ QEMU_BUILD_BUG_ON(1ULL << HPKVM_FEATURE_VFIO_IRTE != HPKVM_FEAT_VFIO_IRTE);
 QEMU_BUILD_BUG_ON(1ULL << HPKVM_FEATURE_DYNAMIC_NOHZ !=
                   HPKVM_FEAT_DYNAMIC_NOHZ);
 
-static uint64_t feat_bit(int f)
+static uint64_t negotiate_feat_bit(int f)
 {
     return 1ULL << f;
 }
 
-static void set_result(HPKVMState *s, int f, bool granted,
-                       HpkvmMechanism mechanism, const char *fmt, ...)
+static void negotiate_set_result(HPKVMState *s, int f, bool granted,
+                                 HpkvmMechanism mechanism, const char *fmt, ...)
     G_GNUC_PRINTF(5, 6);
 
-static void set_result(HPKVMState *s, int f, bool granted,
-                       HpkvmMechanism mechanism, const char *fmt, ...)
+static void negotiate_set_result(HPKVMState *s, int f, bool granted,
+                                 HpkvmMechanism mechanism, const char *fmt, ...)
 {
     HpkvmFeatureState *st = &s->feat[f];
     va_list ap;
@@ -57,7 +57,8 @@ static void set_result(HPKVMState *s, int f, bool granted,
  * What stands in for a feature the kernel does not grant: its mechanism
  * and, through *text, the words for the report.
  */
-static HpkvmMechanism fallback(HPKVMState *s, int f, const char **text)
+static HpkvmMechanism negotiate_fallback(HPKVMState *s, int f,
+                                         const char **text)
 {
     switch (f) {
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
@@ -115,7 +116,7 @@ bool hpkvm_wants_own_cores(HPKVMState *s)
  * if it can.  The result is static or must be freed: it is returned
  * through *owned when allocated.
  */
-static const char *unmet_requirement(HPKVMState *s, int f,
+static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
                                      const HpkvmGuestFacts *g, char **owned)
 {
     bool needs_lapic = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
@@ -168,7 +169,7 @@ static const char *unmet_requirement(HPKVMState *s, int f,
 }
 
 /* The kernel's per-feature answer, in words. */
-static const char *kernel_refusal(int err)
+static const char *negotiate_kernel_refusal(int err)
 {
     switch (err) {
     case -ENODEV:
@@ -188,7 +189,7 @@ static const char *kernel_refusal(int err)
     }
 }
 
-static void rollback(HPKVMState *s, const char *why)
+static void negotiate_rollback(HPKVMState *s, const char *why)
 {
     int f;
 
@@ -196,14 +197,14 @@ static void rollback(HPKVMState *s, const char *why)
     hpkvm_kernel_disable(KVM_STATE(s));
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
         if (s->feat[f].granted) {
-            set_result(s, f, false, HPKVM_MECHANISM_NONE,
-                       "granted, then undone: %s", why);
+            negotiate_set_result(s, f, false, HPKVM_MECHANISM_NONE,
+                                 "granted, then undone: %s", why);
         }
     }
 }
 
 /* Halt polling where HLT still exits on cores that are meant to be ours. */
-static void tune_halt_poll(HPKVMState *s)
+static void negotiate_tune_halt_poll(HPKVMState *s)
 {
     KVMState *k = KVM_STATE(s);
     int ret;
@@ -220,7 +221,7 @@ static void tune_halt_poll(HPKVMState *s)
     }
 }
 
-static void trace_features(HPKVMState *s)
+static void negotiate_trace_features(HPKVMState *s)
 {
     int f;
 
@@ -234,16 +235,17 @@ static void trace_features(HPKVMState *s)
 }
 
 /* Every feature in @want to its upstream fallback, @why the reason. */
-static void fall_back_all(HPKVMState *s, uint64_t want, const char *why)
+static void negotiate_fall_back_all(HPKVMState *s, uint64_t want,
+                                    const char *why)
 {
     const char *text;
     int f;
 
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
-        if (want & feat_bit(f)) {
-            HpkvmMechanism m = fallback(s, f, &text);
+        if (want & negotiate_feat_bit(f)) {
+            HpkvmMechanism m = negotiate_fallback(s, f, &text);
 
-            set_result(s, f, false, m, "%s; %s", why, text);
+            negotiate_set_result(s, f, false, m, "%s; %s", why, text);
         }
     }
 }
@@ -284,29 +286,30 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         const char *unmet;
 
         if (s->feat[f].requested == ON_OFF_AUTO_OFF) {
-            set_result(s, f, false, HPKVM_MECHANISM_NONE,
-                       "not requested (%s=off)", HpkvmFeature_str(f));
+            negotiate_set_result(s, f, false, HPKVM_MECHANISM_NONE,
+                                 "not requested (%s=off)", HpkvmFeature_str(f));
             continue;
         }
-        unmet = unmet_requirement(s, f, g, &owned);
+        unmet = negotiate_unmet_requirement(s, f, g, &owned);
         if (unmet && s->feat[f].requested == ON_OFF_AUTO_ON) {
             error_setg(errp, "hpkvm: %s=on %s", HpkvmFeature_str(f), unmet);
             return false;
         }
         if (unmet) {
-            HpkvmMechanism m = fallback(s, f, &text);
+            HpkvmMechanism m = negotiate_fallback(s, f, &text);
 
-            set_result(s, f, false, m, "not requested: %s; %s", unmet, text);
+            negotiate_set_result(s, f, false, m, "not requested: %s; %s", unmet,
+                                 text);
             continue;
         }
-        want |= feat_bit(f);
+        want |= negotiate_feat_bit(f);
         if (s->feat[f].requested == ON_OFF_AUTO_ON) {
-            need |= feat_bit(f);
+            need |= negotiate_feat_bit(f);
         }
     }
 
     if (nokernel) {
-        fall_back_all(s, want, nokernel);
+        negotiate_fall_back_all(s, want, nokernel);
         if (need) {
             f = ctz64(need);
             error_setg(errp, "hpkvm: %s=on, but %s: run a kernel with "
@@ -327,8 +330,8 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         g_autofree char *why = g_strdup_printf("HPKVM_ENABLE failed: %s",
                                                strerror(-ret));
 
-        rollback(s, why);
-        fall_back_all(s, want, why);
+        negotiate_rollback(s, why);
+        negotiate_fall_back_all(s, want, why);
         if (need) {
             error_setg(errp, "hpkvm: %s=on, but %s",
                        HpkvmFeature_str(ctz64(need)), why);
@@ -337,35 +340,36 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         goto upstream;
     }
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
-        if (!(want & feat_bit(f))) {
+        if (!(want & negotiate_feat_bit(f))) {
             continue;
         }
-        if (ret == 0 && (req.granted & feat_bit(f))) {
-            set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
-                       "granted by the kernel");
+        if (ret == 0 && (req.granted & negotiate_feat_bit(f))) {
+            negotiate_set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
+                                 "granted by the kernel");
         } else {
-            HpkvmMechanism m = fallback(s, f, &text);
+            HpkvmMechanism m = negotiate_fallback(s, f, &text);
 
-            set_result(s, f, false, m, "refused by the kernel (%s); %s",
-                       kernel_refusal(req.reason[f] ?: -EPERM), text);
+            negotiate_set_result(
+                s, f, false, m, "refused by the kernel (%s); %s",
+                negotiate_kernel_refusal(req.reason[f] ?: -EPERM), text);
         }
     }
     if (need & ~(ret == 0 ? req.granted : 0)) {
         f = ctz64(need & ~(ret == 0 ? req.granted : 0));
         error_setg(errp, "hpkvm: %s=on, but the kernel refused it: %s; use "
                    "%s=auto to fall back", HpkvmFeature_str(f),
-                   kernel_refusal(req.reason[f] ?: -EPERM),
+                   negotiate_kernel_refusal(req.reason[f] ?: -EPERM),
                    HpkvmFeature_str(f));
         if (ret == 0 && req.granted) {
             /* A kernel that ignored "required": undo its grants. */
-            rollback(s, "a required feature was refused");
+            negotiate_rollback(s, "a required feature was refused");
         }
         return false;
     }
 
 upstream:
-    tune_halt_poll(s);
-    trace_features(s);
+    negotiate_tune_halt_poll(s);
+    negotiate_trace_features(s);
     return true;
 }
 
@@ -373,18 +377,9 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
 {
     HpkvmInfo *info = g_new0(HpkvmInfo, 1);
     HpkvmFeatureInfoList **tail = &info->features;
-    strList **exits = &info->disabled_exits;
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } exit_names[] = {
-        { KVM_X86_DISABLE_EXITS_MWAIT, "mwait" },
-        { KVM_X86_DISABLE_EXITS_HLT, "hlt" },
-        { KVM_X86_DISABLE_EXITS_PAUSE, "pause" },
-        { KVM_X86_DISABLE_EXITS_CSTATE, "cstate" },
-    };
+    HpkvmExitList **exits = &info->disabled_exits;
+    HpkvmExit e;
     int f;
-    size_t i;
 
     info->enabled = true;
     info->has_kernel_version = true;
@@ -403,9 +398,9 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
         QAPI_LIST_APPEND(tail, fi);
     }
     info->has_disabled_exits = true;
-    for (i = 0; i < ARRAY_SIZE(exit_names); i++) {
-        if (s->disabled_exits & exit_names[i].bit) {
-            QAPI_LIST_APPEND(exits, g_strdup(exit_names[i].name));
+    for (e = 0; e < HPKVM_EXIT__MAX; e++) {
+        if (s->disabled_exits & (1U << e)) {
+            QAPI_LIST_APPEND(exits, e);
         }
     }
     info->has_realtime_hint = true;
@@ -418,6 +413,6 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
     info->irte_fallback = s->irte_fallback;
     hpkvm_placement_report(s, info);
     info->has_incoming_lost = s->incoming_lost != NULL;
-    info->incoming_lost = QAPI_CLONE(strList, s->incoming_lost);
+    info->incoming_lost = QAPI_CLONE(HpkvmLostPromiseList, s->incoming_lost);
     return info;
 }

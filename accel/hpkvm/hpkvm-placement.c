@@ -56,7 +56,7 @@
 #define CPR_LEASE "hpkvm-lease"
 
 /* Every core of @cores present and online; what is wrong, with the fix. */
-static bool check_cores(HPKVMState *s, const char *opt,
+static bool placement_check_cores(HPKVMState *s, const char *opt,
                         const HpkvmCpuSet *cores, const HpkvmCpuSet *present,
                         const HpkvmCpuSet *online, Error **errp)
 {
@@ -81,7 +81,7 @@ static bool check_cores(HPKVMState *s, const char *opt,
 }
 
 /* A thread of this process onto @cpus; these are QEMU's own threads. */
-static int pin_thread(pid_t tid, const HpkvmCpuSet *cpus)
+static int placement_pin_thread(pid_t tid, const HpkvmCpuSet *cpus)
 {
     g_autofree char *list = hpkvm_cpuset_format(cpus);
     int ret = hpkvm_set_affinity(tid, cpus);
@@ -90,7 +90,7 @@ static int pin_thread(pid_t tid, const HpkvmCpuSet *cpus)
     return ret;
 }
 
-static bool is_vcpu_thread(HPKVMState *s, pid_t tid)
+static bool placement_is_vcpu_thread(HPKVMState *s, pid_t tid)
 {
     CPUState *cpu;
 
@@ -110,7 +110,7 @@ typedef struct BindWork {
 } BindWork;
 
 /* On the vCPU's own thread, which has not entered the guest yet. */
-static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
+static void placement_bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
 {
     BindWork *w = data.host_ptr;
     HPKVMState *s = w->s;
@@ -126,7 +126,7 @@ static void bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
     }
     hpkvm_cpuset_clear(&one);
     set_bit(core, one.bits);
-    w->ret = pin_thread(0, &one);
+    w->ret = placement_pin_thread(0, &one);
     if (w->ret == -EINVAL && w->may_defer) {
         /*
          * The thread's cpuset excludes its core: a manager (libvirt) put
@@ -155,7 +155,7 @@ static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
 {
     BindWork w = { .s = s, .may_defer = may_defer };
 
-    run_on_cpu(cpu, bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
+    run_on_cpu(cpu, placement_bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));
     /* Not bound yet: bound again before the guest runs. */
     s->vcpu_deferred[cpu->cpu_index] = w.deferred || w.ret < 0;
     if (w.ret < 0) {
@@ -183,7 +183,8 @@ typedef enum PinMoment {
  * first vCPU's first KVM_RUN (kvm-nx-lpage-recovery), which inherited
  * that vCPU's core, follow.
  */
-static bool pin_other_threads(HPKVMState *s, PinMoment when, Error **errp)
+static bool placement_pin_other_threads(HPKVMState *s, PinMoment when,
+                                        Error **errp)
 {
     g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
     const char *name;
@@ -194,10 +195,10 @@ static bool pin_other_threads(HPKVMState *s, PinMoment when, Error **errp)
         HpkvmCpuSet cpus;
         int ret;
 
-        if (is_vcpu_thread(s, tid)) {
+        if (placement_is_vcpu_thread(s, tid)) {
             continue;
         }
-        ret = pin_thread(tid, &s->housekeeping);
+        ret = placement_pin_thread(tid, &s->housekeeping);
         if (!ret || when == SETTLED) {
             continue;
         }
@@ -233,7 +234,7 @@ static void placement_unpin_threads(HPKVMState *s)
     const char *name;
 
     while (dir && (name = g_dir_read_name(dir))) {
-        pin_thread(atoi(name), &s->start_affinity);
+        placement_pin_thread(atoi(name), &s->start_affinity);
     }
 }
 
@@ -245,7 +246,7 @@ static void placement_settle(void *opaque)
     HPKVMState *s = opaque;
     Error *err = NULL;
 
-    pin_other_threads(s, SETTLED, NULL);
+    placement_pin_other_threads(s, SETTLED, NULL);
     timer_free(s->settle_timer);
     s->settle_timer = NULL;
     /*
@@ -306,7 +307,7 @@ static bool placement_check_pinning(HPKVMState *s, Error **errp)
                     return false;
                 }
             } else if (tid && !hpkvm_cpuset_equal(&cpus, &one)) {
-                pin_thread(tid, &one);
+                placement_pin_thread(tid, &one);
             }
             continue;
         }
@@ -317,7 +318,7 @@ static bool placement_check_pinning(HPKVMState *s, Error **errp)
                    list, core);
         return false;
     }
-    return pin_other_threads(s, AT_FIRST_RUN, errp);
+    return placement_pin_other_threads(s, AT_FIRST_RUN, errp);
 }
 
 /* vCPUs whose bind failed while the VM was stopped: again, or fail. */
@@ -412,7 +413,7 @@ static void placement_alloc_vcpus(HPKVMState *s, unsigned max_cpus)
  * What the leases and isolation need, checked before anything changes;
  * @list is host-cpus= or, for host-cpus=pinned, the vCPUs' pinning.
  */
-static bool check_placement(HPKVMState *s, const char *list,
+static bool placement_check(HPKVMState *s, const char *list,
                             unsigned max_cpus, HpkvmCpuSet *cores,
                             Error **errp)
 {
@@ -425,7 +426,8 @@ static bool check_placement(HPKVMState *s, const char *list,
                               errp) ||
         !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/online", &online,
                               errp) ||
-        !check_cores(s, "host-cpus", cores, &present, &online, errp)) {
+        !placement_check_cores(s, "host-cpus", cores, &present, &online,
+                               errp)) {
         return false;
     }
     s->nr_cores = hpkvm_cpuset_count(cores);
@@ -440,8 +442,8 @@ static bool check_placement(HPKVMState *s, const char *list,
     if (s->housekeeping_opt) {
         if (!hpkvm_cpuset_parse(s->housekeeping_opt, &s->housekeeping,
                                 "hpkvm: housekeeping-cpus", errp) ||
-            !check_cores(s, "housekeeping-cpus", &s->housekeeping, &present,
-                         &online, errp)) {
+            !placement_check_cores(s, "housekeeping-cpus", &s->housekeeping,
+                                   &present, &online, errp)) {
             return false;
         }
         bitmap_and(both.bits, cores->bits, s->housekeeping.bits,
@@ -563,7 +565,7 @@ static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
         s->vcpu_core[i] = core;
     }
     list = hpkvm_cpuset_format(&cores);
-    if (!check_placement(s, list, s->max_vcpus, &cores, errp)) {
+    if (!placement_check(s, list, s->max_vcpus, &cores, errp)) {
         return false;
     }
     qapi_free_HpkvmIsolation(s->isolation);
@@ -646,7 +648,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
         if (!placement_init_as_pinned(s, cpus, max_cpus, errp)) {
             return false;
         }
-    } else if (!check_placement(s, s->host_cpus_opt, max_cpus, &cores,
+    } else if (!placement_check(s, s->host_cpus_opt, max_cpus, &cores,
                                 errp)) {
         return false;
     }
@@ -663,7 +665,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
     /* host-cpus=pinned: no housekeeping cores known yet. */
     if (!s->cores_pending && hpkvm_get_affinity(0, &s->start_affinity)) {
         s->threads_pinned = true;
-        pin_other_threads(s, AT_START, NULL);
+        placement_pin_other_threads(s, AT_START, NULL);
     }
     return true;
 }
@@ -707,7 +709,7 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
     HpkvmCpuSet online;
     unsigned core;
 
-    /* Boot vCPUs: check_placement() checked their cores at start. */
+    /* Boot vCPUs: placement_check() checked their cores at start. */
     if (!s->leases || !DEVICE(cpu)->hotplugged) {
         return true;
     }

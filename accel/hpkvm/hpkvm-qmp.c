@@ -31,12 +31,52 @@ static void hmp_print_strs(Monitor *mon, const char *what, strList *list)
 {
     monitor_printf(mon, "  %s:", what);
     for (; list; list = list->next) {
-        monitor_printf(mon, " %s", list->value);
-        if (list->next) {
-            monitor_printf(mon, ";");
-        }
+        monitor_printf(mon, " %s%s", list->value, list->next ? ";" : "");
     }
     monitor_printf(mon, "\n");
+}
+
+static void hmp_print_tasks(Monitor *mon, const char *what,
+                            HpkvmHostTaskList *list)
+{
+    monitor_printf(mon, "  %s:", what);
+    for (; list; list = list->next) {
+        monitor_printf(mon, " %" PRId64 " %s%s", list->value->pid,
+                       list->value->comm, list->next ? ";" : "");
+    }
+    monitor_printf(mon, "\n");
+}
+
+static void hmp_print_irqs_left(Monitor *mon, HpkvmIrqLeftList *list)
+{
+    monitor_printf(mon, "  IRQs left:");
+    for (; list; list = list->next) {
+        HpkvmIrqLeft *irq = list->value;
+
+        monitor_printf(mon, " %" PRId64 "%s%s: %s%s", irq->irq,
+                       *irq->handlers ? " " : "", irq->handlers,
+                       irq->reason, list->next ? ";" : "");
+    }
+    monitor_printf(mon, "\n");
+}
+
+/* One line per thing left: "task 12 kworker/1: why", "cgroup /a: why". */
+static void hmp_print_left_behind(Monitor *mon, HpkvmLeftBehindList *list)
+{
+    monitor_printf(mon, "  left as they are:%s\n", list ? "" : " nothing");
+    for (; list; list = list->next) {
+        HpkvmLeftBehind *l = list->value;
+
+        if (l->task) {
+            monitor_printf(mon, "    task %" PRId64 " %s", l->task->pid,
+                           l->task->comm);
+        } else if (l->cgroup) {
+            monitor_printf(mon, "    cgroup %s", l->cgroup);
+        } else {
+            monitor_printf(mon, "    file %s", l->file);
+        }
+        monitor_printf(mon, ": %s\n", l->reason);
+    }
 }
 
 static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
@@ -70,7 +110,7 @@ static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
     }
     monitor_printf(mon, "  tasks moved: %" PRId64 "; journal: %s\n",
                    iso->tasks_moved, iso->journal);
-    hmp_print_strs(mon, "tasks left", iso->tasks_left);
+    hmp_print_left_behind(mon, iso->tasks_left);
     hmp_print_strs(mon, "cgroups narrowed", iso->groups_narrowed);
     for (c = iso->cores; c; c = c->next) {
         monitor_printf(mon, "host core %" PRId64 ": nohz %s%s; IRQs moved:",
@@ -80,9 +120,9 @@ static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
             monitor_printf(mon, " %" PRId64, irq->value);
         }
         monitor_printf(mon, "\n");
-        hmp_print_strs(mon, "IRQs left", c->value->irqs_left);
-        hmp_print_strs(mon, "per-CPU kernel threads left",
-                       c->value->kthreads_left);
+        hmp_print_irqs_left(mon, c->value->irqs_left);
+        hmp_print_tasks(mon, "per-CPU kernel threads left",
+                        c->value->kthreads_left);
     }
 }
 
@@ -90,7 +130,8 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
 {
     g_autoptr(HpkvmInfo) info = qmp_query_hpkvm(&error_abort);
     HpkvmFeatureInfoList *f;
-    strList *e;
+    HpkvmExitList *e;
+    HpkvmLostPromiseList *lost;
 
     if (!info->enabled) {
         monitor_printf(mon, "hpkvm: not in use%s\n",
@@ -116,13 +157,19 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
     }
     monitor_printf(mon, "disabled exits:");
     for (e = info->disabled_exits; e; e = e->next) {
-        monitor_printf(mon, " %s", e->value);
+        monitor_printf(mon, " %s", HpkvmExit_str(e->value));
     }
     monitor_printf(mon, "%s\n", info->disabled_exits ? "" : " none");
     monitor_printf(mon, "realtime hint: %s\n",
                    info->realtime_hint ? "yes" : "no");
     monitor_printf(mon, "VFIO MSI programmings: %" PRId64 " direct, %" PRId64
                    " left to KVM\n", info->irte_direct, info->irte_fallback);
+    for (lost = info->incoming_lost; lost; lost = lost->next) {
+        monitor_printf(mon, "lost by migration: %s (%s on the source): %s\n",
+                       HpkvmFeature_str(lost->value->feature),
+                       OnOffAuto_str(lost->value->source_requested),
+                       lost->value->reason);
+    }
     if (info->has_halt_poll_ns) {
         monitor_printf(mon, "halt polling: %" PRId64 " ns\n",
                        info->halt_poll_ns);

@@ -17,7 +17,7 @@
 #include "qapi/error.h"
 #include "hpkvm-isolate.h"
 
-static void usage(const char *name)
+static void recover_usage(const char *name)
 {
     printf("Usage: %s [--host-root=DIR] [--state-dir=DIR]\n"
            "Undo the host changes of hpkvm VMs that are gone.\n"
@@ -51,7 +51,7 @@ int main(int argc, char **argv)
             g_free(state_dir);
             state_dir = g_strdup(argv[i] + strlen("--state-dir="));
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(argv[0]);
+            recover_usage(argv[0]);
             return 0;
         } else {
             error_report("unknown option '%s' (see --help)", argv[i]);

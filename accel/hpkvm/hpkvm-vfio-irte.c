@@ -22,7 +22,7 @@
 #include "hpkvm-msi.h"
 #include "trace.h"
 
-static int vcpu_of_apic_id(uint32_t apic_id, void *opaque)
+static int irte_vcpu_of_apic_id(uint32_t apic_id, void *opaque)
 {
     CPUState *cpu;
 
@@ -59,7 +59,7 @@ void hpkvm_vfio_msi_routed(PCIDevice *dev, const MSIMessage *msg, int virq)
     /* QEMU offers the extended destination ID with the split irqchip. */
     if (hpkvm_msi_decode(msg->address, msg->data, kvm_irqchip_is_split(),
                          &msi, &why)) {
-        vcpu = hpkvm_msi_target(&msi, vcpu_of_apic_id, NULL, &why);
+        vcpu = hpkvm_msi_target(&msi, irte_vcpu_of_apic_id, NULL, &why);
         if (vcpu >= 0) {
             irte.vcpu_id = vcpu;
             irte.vector = msi.vector;

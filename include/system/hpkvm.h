@@ -10,7 +10,6 @@
 #define SYSTEM_HPKVM_H
 
 #include "qemu/accel.h"
-#include "qapi/qapi-types-hpkvm.h"
 
 /*
  * hpkvm-accel is a subclass of kvm-accel: kvm_enabled() holds under it and
@@ -23,8 +22,12 @@ typedef struct HPKVMAccelClass {
 
     /* kvm-accel's machine initialisation, which hpkvm's wraps. */
     int (*parent_init_machine)(MachineState *ms);
-    /* The per-feature report of query-hpkvm and "info hpkvm". */
-    HpkvmInfo *(*query)(AccelState *accel);
+    /*
+     * The per-feature report of query-hpkvm and "info hpkvm".  By its tag:
+     * the QAPI type exists only where the schema's condition holds (Linux),
+     * and this header is included everywhere.
+     */
+    struct HpkvmInfo *(*query)(AccelState *accel);
 } HPKVMAccelClass;
 
 OBJECT_DECLARE_TYPE(HPKVMState, HPKVMAccelClass, HPKVM_ACCEL)

@@ -12,15 +12,15 @@
 
 #define PCI_DEVICES "/sys/bus/pci/devices/"
 
-static char *at(const char *root, const char *path)
+static char *probe_at(const char *root, const char *path)
 {
     return g_strconcat(root, path, NULL);
 }
 
 /* A device node that opens read-write; NULL, or what went wrong. */
-static char *node_problem(const char *root, const char *node)
+static char *probe_node_problem(const char *root, const char *node)
 {
-    g_autofree char *path = at(root, node);
+    g_autofree char *path = probe_at(root, node);
     int fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
 
     if (fd < 0) {
@@ -31,17 +31,17 @@ static char *node_problem(const char *root, const char *node)
 }
 
 /* The last component of a symbolic link's target, or NULL. */
-static char *link_name(const char *path)
+static char *probe_link_name(const char *path)
 {
     g_autofree char *target = g_file_read_link(path, NULL);
 
     return target ? g_path_get_basename(target) : NULL;
 }
 
-static bool on_vfio(const char *dev)
+static bool probe_on_vfio(const char *dev)
 {
     g_autofree char *driver = g_build_filename(dev, "driver", NULL);
-    g_autofree char *name = link_name(driver);
+    g_autofree char *name = probe_link_name(driver);
 
     return name && !strcmp(name, "vfio-pci");
 }
@@ -65,7 +65,7 @@ bool hpnet_probe_vf(const char *root, const char *vf, char **why)
         *why = g_strdup_printf("%s is not an SR-IOV VF (no physfn)", vf);
         return false;
     }
-    driver = link_name(drv_link);
+    driver = probe_link_name(drv_link);
     if (!driver || strcmp(driver, "vfio-pci")) {
         *why = g_strdup_printf("VF %s is bound to %s, not vfio-pci: echo "
                                "vfio-pci > %s%s/driver_override and "
@@ -73,14 +73,14 @@ bool hpnet_probe_vf(const char *root, const char *vf, char **why)
                                PCI_DEVICES, vf);
         return false;
     }
-    group = link_name(grp_link);
+    group = probe_link_name(grp_link);
     if (!group) {
         *why = g_strdup_printf("VF %s has no IOMMU group: enable the IOMMU "
                                "(intel_iommu=on or amd_iommu=on)", vf);
         return false;
     }
     node = g_strdup_printf("/dev/vfio/%s", group);
-    problem = node_problem(root, node);
+    problem = probe_node_problem(root, node);
     if (problem) {
         *why = g_strdup_printf("VF %s: %s%s", vf, problem,
                                errno == EBUSY ? " (in use by another VM)" :
@@ -93,7 +93,7 @@ bool hpnet_probe_vf(const char *root, const char *vf, char **why)
     while (members && (m = g_dir_read_name(members))) {
         g_autofree char *mdev = g_strconcat(root, PCI_DEVICES, m, NULL);
 
-        if (!on_vfio(mdev)) {
+        if (!probe_on_vfio(mdev)) {
             *why = g_strdup_printf("IOMMU group %s of VF %s also holds %s, "
                                    "which is not on vfio-pci: a group "
                                    "passes through whole", group, vf, m);
@@ -109,7 +109,7 @@ char *hpnet_probe_pf(const char *root, const char *pf, char **why)
 {
     g_autofree char *netdev = g_strdup_printf("%s/sys/class/net/%s/device",
                                               root, pf);
-    g_autofree char *bdf = link_name(netdev) ?: g_strdup(pf);
+    g_autofree char *bdf = probe_link_name(netdev) ?: g_strdup(pf);
     g_autofree char *dev = g_strconcat(root, PCI_DEVICES, bdf, NULL);
     g_autofree char *numvfs_path = g_build_filename(dev, "sriov_numvfs",
                                                     NULL);
@@ -126,7 +126,7 @@ char *hpnet_probe_pf(const char *root, const char *pf, char **why)
     for (k = 0; k < numvfs; k++) {
         g_autofree char *name = g_strdup_printf("virtfn%u", k);
         g_autofree char *link = g_build_filename(dev, name, NULL);
-        g_autofree char *vf = link_name(link);
+        g_autofree char *vf = probe_link_name(link);
         g_autofree char *vf_why = NULL;
 
         if (vf && hpnet_probe_vf(root, vf, &vf_why)) {
@@ -141,7 +141,7 @@ char *hpnet_probe_pf(const char *root, const char *pf, char **why)
     return NULL;
 }
 
-static bool hex_digits(const char *s, size_t n)
+static bool probe_hex_digits(const char *s, size_t n)
 {
     size_t i;
 
@@ -156,8 +156,9 @@ static bool hex_digits(const char *s, size_t n)
 bool hpnet_pci_address_valid(const char *s)
 {
     /* DDDD:BB:DD.F, device below 0x20, function below 8 */
-    return strlen(s) == 12 && hex_digits(s, 4) && s[4] == ':' &&
-           hex_digits(s + 5, 2) && s[7] == ':' && hex_digits(s + 8, 2) &&
+    return strlen(s) == 12 && probe_hex_digits(s, 4) && s[4] == ':' &&
+           probe_hex_digits(s + 5, 2) && s[7] == ':' &&
+           probe_hex_digits(s + 8, 2) &&
            g_ascii_xdigit_value(s[8]) < 2 && s[10] == '.' &&
            s[11] >= '0' && s[11] <= '7';
 }
@@ -178,7 +179,7 @@ bool hpnet_ifname_valid(const char *s)
     return true;
 }
 
-static void set(HpnetProbe *p, bool ok, char *reason)
+static void probe_set(HpnetProbe *p, bool ok, char *reason)
 {
     p->available = ok;
     p->reason = reason;
@@ -188,66 +189,66 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
                      HpnetProbe probes[HPNET_BACKEND__MAX], char **vf)
 {
     g_autofree char *tun = cfg->tap_fd ? NULL :
-                           node_problem(cfg->root, "/dev/net/tun");
+                           probe_node_problem(cfg->root, "/dev/net/tun");
     g_autofree char *vhost = cfg->vhost_fd ? NULL :
-                             node_problem(cfg->root, "/dev/vhost-net");
+                             probe_node_problem(cfg->root, "/dev/vhost-net");
     char *why = NULL;
 
     *vf = NULL;
-    set(&probes[HPNET_BACKEND_VIRTIO_NET], !tun,
-        tun ? g_strdup(tun) : g_strdup(cfg->tap_fd ? "tap fd= given" :
+    probe_set(&probes[HPNET_BACKEND_VIRTIO_NET], !tun,
+              tun ? g_strdup(tun) : g_strdup(cfg->tap_fd ? "tap fd= given" :
                                        "/dev/net/tun opens"));
-    set(&probes[HPNET_BACKEND_VHOST_NET], !tun && !vhost,
-        tun ? g_strdup(tun) :
-        vhost ? g_strdup_printf("%s (load the vhost_net module)", vhost) :
-        g_strdup_printf("%s and %s", cfg->tap_fd ? "tap fd= given" :
+    probe_set(&probes[HPNET_BACKEND_VHOST_NET], !tun && !vhost,
+              tun ? g_strdup(tun) :
+              vhost ? g_strdup_printf("%s (load the vhost_net module)", vhost) :
+              g_strdup_printf("%s and %s", cfg->tap_fd ? "tap fd= given" :
                         "/dev/net/tun opens", cfg->vhost_fd ?
                         "vhostfd= given" : "/dev/vhost-net opens"));
 
     if (!cfg->vhost_user_socket && !cfg->vhost_user_chardev) {
-        set(&probes[HPNET_BACKEND_VHOST_USER], false,
-            g_strdup("not configured: give vhost-user-socket= or "
+        probe_set(&probes[HPNET_BACKEND_VHOST_USER], false,
+                  g_strdup("not configured: give vhost-user-socket= or "
                      "vhost-user-chardev="));
     } else if (!cfg->ram_can_be_shared) {
-        set(&probes[HPNET_BACKEND_VHOST_USER], false,
-            g_strdup(HPNET_RAM_NOT_SHARED));
+        probe_set(&probes[HPNET_BACKEND_VHOST_USER], false,
+                  g_strdup(HPNET_RAM_NOT_SHARED));
     } else if (cfg->vhost_user_socket) {
-        g_autofree char *path = at(cfg->root, cfg->vhost_user_socket);
+        g_autofree char *path = probe_at(cfg->root, cfg->vhost_user_socket);
         struct stat st;
 
         if (stat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-            set(&probes[HPNET_BACKEND_VHOST_USER], false,
+            probe_set(&probes[HPNET_BACKEND_VHOST_USER], false,
                 g_strdup_printf("%s is not a socket: start the vhost-user "
                                 "peer first", cfg->vhost_user_socket));
         } else {
-            set(&probes[HPNET_BACKEND_VHOST_USER], true,
-                g_strdup_printf("socket %s", cfg->vhost_user_socket));
+            probe_set(&probes[HPNET_BACKEND_VHOST_USER], true,
+                      g_strdup_printf("socket %s", cfg->vhost_user_socket));
         }
     } else {
-        set(&probes[HPNET_BACKEND_VHOST_USER], true,
-            g_strdup("chardev given"));
+        probe_set(&probes[HPNET_BACKEND_VHOST_USER], true,
+                  g_strdup("chardev given"));
     }
 
     if (!cfg->vf && !cfg->pf) {
-        set(&probes[HPNET_BACKEND_SRIOV], false,
-            g_strdup("not configured: give vf= or pf="));
+        probe_set(&probes[HPNET_BACKEND_SRIOV], false,
+                  g_strdup("not configured: give vf= or pf="));
     } else if (cfg->at_run_time) {
-        set(&probes[HPNET_BACKEND_SRIOV], false,
-            g_strdup("netdev_add at run time: hpnet plugs a VF only at "
+        probe_set(&probes[HPNET_BACKEND_SRIOV], false,
+                  g_strdup("netdev_add at run time: hpnet plugs a VF only at "
                      "start-up; device_add vfio-pci,host=VF,"
                      "failover_pair_id=STANDBY plugs one by hand"));
     } else if (!cfg->standby) {
-        set(&probes[HPNET_BACKEND_SRIOV], false,
-            g_strdup("needs standby=ID, the id of a -device "
+        probe_set(&probes[HPNET_BACKEND_SRIOV], false,
+                  g_strdup("needs standby=ID, the id of a -device "
                      "virtio-net-pci,failover=on to pair the VF with"));
     } else if (cfg->vf) {
         bool ok = hpnet_probe_vf(cfg->root, cfg->vf, &why);
 
-        set(&probes[HPNET_BACKEND_SRIOV], ok, why);
+        probe_set(&probes[HPNET_BACKEND_SRIOV], ok, why);
         *vf = ok ? g_strdup(cfg->vf) : NULL;
     } else {
         *vf = hpnet_probe_pf(cfg->root, cfg->pf, &why);
-        set(&probes[HPNET_BACKEND_SRIOV], *vf != NULL, why);
+        probe_set(&probes[HPNET_BACKEND_SRIOV], *vf != NULL, why);
     }
 }
 

@@ -45,8 +45,8 @@ size_t hpnet_preference(HpnetNeed need, HpnetBackend order[HPNET_BACKEND__MAX])
     return preference_len[need];
 }
 
-static void consider(HpnetCandidateList ***tail, HpnetBackend b,
-                     const HpnetProbe *p, bool taken, const char *why)
+static void select_consider(HpnetCandidateList ***tail, HpnetBackend b,
+                            const HpnetProbe *p, bool taken, const char *why)
 {
     HpnetCandidate *c = g_new0(HpnetCandidate, 1);
 
@@ -74,7 +74,7 @@ bool hpnet_choose(HpnetNeed need, const HpnetBackend *forced,
     if (forced) {
         const HpnetProbe *p = &probes[*forced];
 
-        consider(&tail, *forced, p, p->available, "forced by backend=");
+        select_consider(&tail, *forced, p, p->available, "forced by backend=");
         if (!p->available) {
             error_setg(errp, "backend=%s is not available: %s",
                        HpnetBackend_str(*forced), p->reason ?: "");
@@ -87,9 +87,9 @@ bool hpnet_choose(HpnetNeed need, const HpnetBackend *forced,
         const HpnetProbe *p = &probes[order[i]];
         bool take = !found && p->available;
 
-        consider(&tail, order[i], p, take,
-                 found ? "not needed: an earlier choice was taken" :
-                 take ? NULL : "not available");
+        select_consider(&tail, order[i], p, take,
+                        found ? "not needed: an earlier choice was taken" :
+                        take ? NULL : "not available");
         if (take) {
             *chosen = order[i];
             found = true;

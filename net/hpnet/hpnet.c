@@ -133,9 +133,9 @@ static const char *hpnet_take_vhostfd(HpnetState *s,
     return NULL;
 }
 
-static int tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
-                       const char *name, NetClientState *peer, bool vhost,
-                       Error **errp)
+static int hpnet_tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
+                             const char *name, NetClientState *peer, bool vhost,
+                             Error **errp)
 {
     Netdev tap = {
         .id = (char *)name,
@@ -159,8 +159,8 @@ static int tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
     return net_init_tap(&tap, name, peer, errp);
 }
 
-static int vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
-                              NetClientState *peer, Error **errp)
+static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
+                                    NetClientState *peer, Error **errp)
 {
     Netdev vu = {
         .id = (char *)name,
@@ -201,8 +201,8 @@ static int vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
 }
 
 /* The VF as a vfio-pci device, created with the -device options. */
-static bool add_vf_device(HpnetState *s, const NetdevHpnetOptions *o,
-                          Error **errp)
+static bool hpnet_add_vf_device(HpnetState *s, const NetdevHpnetOptions *o,
+                                Error **errp)
 {
     g_autofree char *id = g_strdup_printf("%s-vf", s->id);
     QemuOpts *dev = qemu_opts_create(qemu_find_opts("device"), id, 1, errp);
@@ -219,26 +219,26 @@ static bool add_vf_device(HpnetState *s, const NetdevHpnetOptions *o,
     return true;
 }
 
-static int create(HpnetState *s, const NetdevHpnetOptions *o,
-                  const HpnetProbe probes[HPNET_BACKEND__MAX],
-                  const char *name, NetClientState *peer, Error **errp)
+static int hpnet_create(HpnetState *s, const NetdevHpnetOptions *o,
+                        const HpnetProbe probes[HPNET_BACKEND__MAX],
+                        const char *name, NetClientState *peer, Error **errp)
 {
     switch (s->backend) {
     case HPNET_BACKEND_VIRTIO_NET:
-        return tap_backend(s, o, name, peer, false, errp);
+        return hpnet_tap_backend(s, o, name, peer, false, errp);
     case HPNET_BACKEND_VHOST_NET:
-        return tap_backend(s, o, name, peer, true, errp);
+        return hpnet_tap_backend(s, o, name, peer, true, errp);
     case HPNET_BACKEND_VHOST_USER:
         hpnet_take_vhostfd(s, o, false);
-        return vhost_user_backend(o, name, peer, errp);
+        return hpnet_vhost_user_backend(o, name, peer, errp);
     case HPNET_BACKEND_SRIOV:
         /* The standby's data path: the kernel's where the host has it. */
-        if (tap_backend(s, o, name, peer,
-                        probes[HPNET_BACKEND_VHOST_NET].available,
-                        errp) < 0) {
+        if (hpnet_tap_backend(s, o, name, peer,
+                              probes[HPNET_BACKEND_VHOST_NET].available,
+                              errp) < 0) {
             return -1;
         }
-        if (!add_vf_device(s, o, errp)) {
+        if (!hpnet_add_vf_device(s, o, errp)) {
             /* The next backend takes the id: no standby left behind. */
             qemu_del_net_client(qemu_find_netdev(name));
             return -1;
@@ -255,7 +255,7 @@ static int create(HpnetState *s, const NetdevHpnetOptions *o,
  * SR-IOV standby must be a virtio-net device with failover=on.  (Netdevs
  * added at run time are probed against the machine as it is.)
  */
-static void check_backends(Notifier *n, void *data)
+static void hpnet_check_backends(Notifier *n, void *data)
 {
     bool shared = hpnet_guest_ram_shared();
     HpnetState *s;
@@ -387,7 +387,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
             goto fail;
         }
         trace_hpnet_try(name, HpnetBackend_str(s->backend));
-        if (create(s, o, probes, name, peer, &err) == 0) {
+        if (hpnet_create(s, o, probes, name, peer, &err) == 0) {
             break;
         }
         if (s->forced) {
@@ -412,7 +412,7 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
                        HpnetBackend_str(s->backend), s->forced);
     hpnet_probes_free(probes);
     if (!backend_check.notify) {
-        backend_check.notify = check_backends;
+        backend_check.notify = hpnet_check_backends;
         qemu_add_machine_init_done_notifier(&backend_check);
     }
     /* QTAILQ_INSERT_TAIL evaluates the element more than once. */
@@ -427,7 +427,7 @@ fail:
 }
 
 /* True once the guest drove the device and vhost runs; NULL: no vhost */
-static bool vhost_started(HpnetState *s, bool *started)
+static bool hpnet_vhost_started(HpnetState *s, bool *started)
 {
     NetClientState *nc = qemu_find_netdev(s->id);
     VirtIONet *n;
@@ -457,7 +457,7 @@ HpnetInfoList *qmp_query_hpnet(Error **errp)
         info->backend = s->backend;
         info->candidates = QAPI_CLONE(HpnetCandidateList, s->candidates);
         info->vf = g_strdup(s->vf);
-        info->has_vhost_started = vhost_started(s, &info->vhost_started);
+        info->has_vhost_started = hpnet_vhost_started(s, &info->vhost_started);
         QAPI_LIST_APPEND(tail, info);
     }
     return list;

@@ -29,7 +29,7 @@
 
 static bool (*kvm_cpu_target_realize)(CPUState *cpu, Error **errp);
 
-static void set_cpu_default(const char *prop, const char *value)
+static void hpkvm_cpu_set_default(const char *prop, const char *value)
 {
     /* Registered before -cpu is parsed: the user's -cpu settings win. */
     object_register_sugar_prop(TYPE_X86_CPU, prop, value, false);
@@ -75,15 +75,15 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
      */
     if (hpkvm_wants_own_cores(s)) {
         /* Tell the guest its vCPUs are dedicated. */
-        set_cpu_default("kvm-hint-dedicated", "on");
+        hpkvm_cpu_set_default("kvm-hint-dedicated", "on");
     }
     /* What "on" features need of the guest's CPU, unless -cpu says no. */
     if (s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].requested == ON_OFF_AUTO_ON) {
-        set_cpu_default("tsc-deadline", "on");
-        set_cpu_default("invtsc", "on");
+        hpkvm_cpu_set_default("tsc-deadline", "on");
+        hpkvm_cpu_set_default("invtsc", "on");
     }
     if (s->feat[HPKVM_FEATURE_IPI_FASTPATH].requested == ON_OFF_AUTO_ON) {
-        set_cpu_default("x2apic", "on");
+        hpkvm_cpu_set_default("x2apic", "on");
     }
     if (enable_cpu_pm) {
         /* What kvm_arch_init() asked for, as KVM reported it. */
@@ -109,7 +109,7 @@ void hpkvm_arch_kvm_failed(HPKVMState *s)
     }
 }
 
-static int64_t host_tsc_khz(KVMState *k)
+static int64_t hpkvm_cpu_host_tsc_khz(KVMState *k)
 {
     int ret;
 
@@ -142,7 +142,7 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
                         CPUID_EXT_TSC_DEADLINE_TIMER,
         .invtsc = env->features[FEAT_8000_0007_EDX] & CPUID_APM_INVTSC,
         .guest_tsc_khz = env->user_tsc_khz,
-        .host_tsc_khz = host_tsc_khz(KVM_STATE(s)),
+        .host_tsc_khz = hpkvm_cpu_host_tsc_khz(KVM_STATE(s)),
     };
     s->realtime_hint = env->features[FEAT_KVM_HINTS] &
                        CPUID_KVM_HINTS_REALTIME;

@@ -80,7 +80,7 @@ def check_isolated(root, vm):
     core = iso["cores"][0]
     assert core["host-cpu"] == 1 and 24 in core["irqs-moved"] and \
         25 in core["irqs-moved"] and 26 not in core["irqs-moved"], core
-    assert any(k.startswith("21 ksoftirqd/1") for k in core["kthreads-left"])
+    assert {"pid": 21, "comm": "ksoftirqd/1"} in core["kthreads-left"], core
     tree = hostlib.snapshot_tree(root)
     irq = "proc/irq/{}/smp_affinity_list"
     assert tree[irq.format(24)] == "0" and tree[irq.format(25)] == "0", tree

@@ -173,7 +173,8 @@ def an_auto_promise_degrades_with_a_report():
             return_path(src, dst)
             assert migrate(src, uri=f"unix:{sock}") == "completed"
             lost = dst.qmp("query-hpkvm").get("incoming-lost", [])
-            assert any(x.startswith("irq-passthrough (auto on the source)")
+            assert any(x["feature"] == "irq-passthrough" and
+                       x["source-requested"] == "auto" and x["reason"]
                        for x in lost), lost
             assert_passed_on(dst, src)
             assert "incoming migration degraded: irq-passthrough" in \
