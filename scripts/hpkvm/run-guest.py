@@ -10,47 +10,21 @@ isa-debug-exit: exit status 1 means it passed, 3 that it failed.
 Exits 0 when the guest passed.
 """
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def qmp_session(path, deadline):
-    """Connect to QEMU's QMP socket and leave capabilities negotiation."""
-    while True:
-        try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(path)
-            break
-        except OSError:
-            sock.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    stream = sock.makefile("rw")
-    json.loads(stream.readline())                       # greeting
-
-    def execute(cmd):
-        stream.write(json.dumps({"execute": cmd}) + "\n")
-        stream.flush()
-        while True:
-            msg = json.loads(stream.readline())
-            if "return" in msg:
-                return msg["return"]
-            if "error" in msg:
-                raise RuntimeError(f"{cmd}: {msg['error']['desc']}")
-
-    execute("qmp_capabilities")
-    return sock, execute
+import hpkvm_qmp
 
 
 def main():
     qemu, guest, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
     extra = sys.argv[4:]
+    # QEMU may be an installed one: QMP's client comes from the build
+    # (hpkvm_qmp's default, or $HPKVM_BUILD).
+    qmp = hpkvm_qmp.qmp_module()
     with tempfile.TemporaryDirectory(prefix="hpkvm-run-") as tmp:
         qmp_path = os.path.join(tmp, "qmp.sock")
         # -nodefaults: the guest needs no default NIC, VGA, floppy or
@@ -64,17 +38,20 @@ def main():
         proc = subprocess.Popen(cmd)
         deadline = time.monotonic() + timeout
         try:
-            sock, execute = qmp_session(qmp_path, deadline)
-            hpkvm = execute("query-hpkvm")["enabled"]
-            kvm = execute("query-kvm")["enabled"]
+            mon = hpkvm_qmp.connect(None, qmp_path,
+                                    deadline, proc, bound_by_deadline=True)
+            if mon is None:
+                raise RuntimeError("QEMU exited before QMP answered")
+            hpkvm = mon.cmd("query-hpkvm")["enabled"]
+            kvm = mon.cmd("query-kvm")["enabled"]
             accel = "hpkvm" if hpkvm else ("kvm" if kvm else "tcg")
             print(f"hpkvm: accelerator in use: {accel} "
                   f"(query-hpkvm enabled={hpkvm}, query-kvm enabled={kvm})",
                   flush=True)
-            execute("cont")
+            mon.cmd("cont")
+            mon.close()
             status = proc.wait(max(1.0, deadline - time.monotonic()))
-            sock.close()
-        except (OSError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError, qmp.QMPError) as exc:
             if proc.poll() is None:
                 proc.kill()
             status = proc.wait()

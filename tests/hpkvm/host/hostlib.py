@@ -11,11 +11,16 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
 
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
+# QEMU's own QMP client, through the scripts' one wrapper of it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                "..", "..", "..", "scripts", "hpkvm"))
+import hpkvm_qmp  # noqa: E402 pylint: disable=wrong-import-position
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
 RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
 HELPER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-helper")
@@ -226,6 +231,22 @@ def needs_helper(accel):
 # This machine's nested paravirtual KVM refuses QEMU's write of
 # IA32_ARCH_CAPABILITIES; a real host takes plain -cpu host.
 CPU = "host,-arch-capabilities"
+# A QMP command QEMU does not answer in this long fails its case rather
+# than hanging it until meson's timeout.
+QMP_COMMAND_TIMEOUT = 120
+
+
+# Every QEMU a Vm started: whatever a test did, none outlives the test
+# program (migration destinations included).
+_qemus = []
+
+
+@atexit.register
+def _kill_qemus():
+    for proc in _qemus:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 class Vm:
@@ -257,41 +278,29 @@ class Vm:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
                                      env=env, pass_fds=pass_fds)
-        self._sock = None
+        _qemus.append(self.proc)
+        self._mon = None
         self.timeout = timeout
 
     def connect(self):
         deadline = time.monotonic() + self.timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("QEMU exited: " + self.proc.stderr.read())
-            try:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(self.sock)
-                break
-            except OSError:
-                sock.close()
-                if time.monotonic() > deadline:
-                    raise RuntimeError("no QMP socket")
-                time.sleep(0.05)
-        self._sock = sock
-        self._stream = sock.makefile("rw")
-        json.loads(self._stream.readline())             # greeting
-        self.qmp("qmp_capabilities")
+        try:
+            self._mon = hpkvm_qmp.connect(BUILD, self.sock, deadline,
+                                          self.proc, QMP_COMMAND_TIMEOUT)
+        except TimeoutError as e:
+            raise RuntimeError("no QMP socket") from e
+        if self._mon is None:
+            raise RuntimeError("QEMU exited: " + self.proc.stderr.read())
         return self
 
     def qmp(self, cmd, **args):
-        msg = {"execute": cmd}
-        if args:
-            msg["arguments"] = args
-        self._stream.write(json.dumps(msg) + "\n")
-        self._stream.flush()
-        while True:
-            reply = json.loads(self._stream.readline())
-            if "return" in reply:
-                return reply["return"]
-            if "error" in reply:
-                raise RuntimeError(f"{cmd}: {reply['error']['desc']}")
+        qmp = hpkvm_qmp.qmp_module(BUILD)
+        if self._mon is None:
+            raise RuntimeError(f"{cmd}: QMP is not connected")
+        try:
+            return self._mon.cmd(cmd, **args)
+        except qmp.QMPError as e:
+            raise RuntimeError(f"{cmd}: {e}") from e
 
     def hmp(self, line):
         return self.qmp("human-monitor-command", **{"command-line": line})
@@ -312,9 +321,12 @@ class Vm:
         return True
 
     def quit(self):
+        """Ask QEMU to quit and wait for it (killing it if it does not):
+        never raises before QEMU is gone, so that one quit in a finally
+        block cannot leave the next QEMU behind."""
         try:
             self.qmp("quit")
-        except (OSError, RuntimeError, ValueError):
+        except Exception:  # pylint: disable=broad-except
             pass
         return self.wait()
 
@@ -328,10 +340,17 @@ class Vm:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self._sock:
-            self._sock.close()
+        if self._mon:
+            self._mon.close()
+            self._mon = None
         self.stderr = self.proc.stderr.read()
+        self._close_pipes()
         return self.proc.returncode
+
+    def _close_pipes(self):
+        # _qemus keeps the Popen: its pipes must not outlive QEMU.
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            pipe.close()
 
 
 def run_error(accel, tmp, smp=1, **kwargs):
@@ -343,7 +362,10 @@ def run_error(accel, tmp, smp=1, **kwargs):
         vm.proc.kill()
         vm.proc.wait()
         return None, "did not exit"
-    return vm.proc.returncode, vm.proc.stderr.read()
+    finally:
+        err = vm.proc.stderr.read()
+        vm._close_pipes()  # pylint: disable=protected-access
+    return vm.proc.returncode, err
 
 
 def run_recover(root):

@@ -23,7 +23,6 @@ Prints TAP."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -276,14 +275,19 @@ def socket_activation_serves_on_the_socket_systemd_gives():
         listener.listen()
 
         def as_systemd():
-            os.dup2(listener.fileno(), 3)
+            # Fd 3, as systemd passes it, whatever number the listener
+            # has here; close_fds would close a dup2()ed fd 3 again.
+            if listener.fileno() == 3:
+                os.set_inheritable(3, True)
+            else:
+                os.dup2(listener.fileno(), 3)
             os.environ["LISTEN_FDS"] = "1"
             os.environ["LISTEN_PID"] = str(os.getpid())
             hostlib._die_with_parent()
 
         proc = subprocess.Popen(
             [hostlib.HELPER, f"--x-host-root={root}",
-             f"--policy={tmp}/none.conf"], pass_fds=(listener.fileno(),),
+             f"--policy={tmp}/none.conf"], close_fds=False,
             stderr=subprocess.PIPE, text=True, preexec_fn=as_systemd)
         listener.close()
         fds = []
