@@ -19,6 +19,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/cutils.h"
+#include "qemu/sockets.h"
 #include "qemu/error-report.h"
 #include "qemu/option.h"
 #include "qemu/config-file.h"
@@ -28,6 +29,9 @@
 #include "qapi/clone-visitor.h"
 #include "qapi/qapi-visit-hpnet.h"
 #include "chardev/char.h"
+#include "chardev/char-socket.h"
+#include "io/channel-socket.h"
+#include "qemu/bswap.h"
 #include "system/hostmem.h"
 #include "hw/qdev-core.h"
 #include "hw/virtio/virtio-net.h"
@@ -159,8 +163,140 @@ static int hpnet_tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
     return net_init_tap(&tap, name, peer, errp);
 }
 
-static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o, const char *name,
-                                    NetClientState *peer, Error **errp)
+/* How long a vhost-user peer has to answer, by default (seconds). */
+#define HPNET_VHOST_USER_TIMEOUT 5
+
+/* vhost-user's message header (docs/interop/vhost-user.rst). */
+typedef struct QEMU_PACKED HpnetVhostUserMsg {
+    uint32_t request;
+    uint32_t flags;
+    uint32_t size;
+    uint64_t features;          /* GET_FEATURES' reply payload */
+} HpnetVhostUserMsg;
+
+#define HPNET_VHOST_USER_GET_FEATURES 1
+#define HPNET_VHOST_USER_VERSION 0x1
+#define HPNET_VHOST_USER_REPLY 0x4
+#define HPNET_VHOST_USER_HDR_SIZE offsetof(HpnetVhostUserMsg, features)
+
+/* Wait for @events on @fd until @deadline (g_get_monotonic_time()). */
+static bool hpnet_poll_until(int fd, GIOCondition events, int64_t deadline)
+{
+    GPollFD pfd = { .fd = fd, .events = events };
+    int64_t left;
+
+    while ((left = deadline - g_get_monotonic_time()) > 0) {
+        if (g_poll(&pfd, 1, MAX(left / 1000, 1)) > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * A listening chardev: wait, bounded, for its peer to connect.  QEMU's
+ * vhost-user start-up waits for the peer (and then for each of its
+ * answers) without a bound and without a word; a pending connection
+ * means that wait ends at once.
+ */
+static bool hpnet_vhost_user_peer_connects(SocketChardev *sc, const char *what,
+                                           uint32_t timeout, Error **errp)
+{
+    int64_t deadline = g_get_monotonic_time() + timeout * G_USEC_PER_SEC;
+
+    if (!sc->listener || sc->listener->nsioc < 1 ||
+        hpnet_poll_until(sc->listener->sioc[0]->fd, G_IO_IN, deadline)) {
+        return true;
+    }
+    error_setg(errp, "no vhost-user peer connected to %s within %u s",
+               what, timeout);
+    error_append_hint(errp, "Start the peer (a switch such as OVS-DPDK or "
+                      "testpmd) in client mode on that socket, or give it "
+                      "longer with vhost-user-timeout=.\n");
+    return false;
+}
+
+/*
+ * Does the peer on @sc's connection answer?  It is asked GET_FEATURES,
+ * which a front end may send at any time, before vhost-user uses the
+ * connection (no reader is on it yet), and has @timeout seconds: a peer
+ * whose backlog took the connection but that never accepts it, or that
+ * accepted and never reads, would otherwise hang start-up.
+ */
+static bool hpnet_vhost_user_answers(SocketChardev *sc, const char *what,
+                                     uint32_t timeout, Error **errp)
+{
+    int64_t deadline = g_get_monotonic_time() + timeout * G_USEC_PER_SEC;
+    uint32_t ask[3] = {
+        cpu_to_le32(HPNET_VHOST_USER_GET_FEATURES),
+        cpu_to_le32(HPNET_VHOST_USER_VERSION), 0,
+    };
+    HpnetVhostUserMsg reply;
+    size_t got = 0;
+    int fd = sc->sioc->fd;
+
+    if (send(fd, ask, sizeof(ask), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        sizeof(ask)) {
+        error_setg_errno(errp, errno, "cannot write to the vhost-user peer "
+                         "on %s", what);
+        return false;
+    }
+    while (got < sizeof(reply)) {
+        ssize_t n;
+
+        if (!hpnet_poll_until(fd, G_IO_IN, deadline)) {
+            error_setg(errp, "the vhost-user peer on %s did not answer "
+                       "within %u s", what, timeout);
+            error_append_hint(errp, "Check that the peer (a switch such as "
+                              "OVS-DPDK or testpmd) is running and serves "
+                              "this socket, or give it longer with "
+                              "vhost-user-timeout=.\n");
+            return false;
+        }
+        n = recv(fd, (char *)&reply + got, sizeof(reply) - got, MSG_DONTWAIT);
+        if (n == 0) {
+            error_setg(errp, "the vhost-user peer on %s closed the "
+                       "connection", what);
+            return false;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EINTR) {
+            error_setg_errno(errp, errno, "cannot read from the vhost-user "
+                             "peer on %s", what);
+            return false;
+        }
+        got += MAX(n, 0);
+        if (got >= HPNET_VHOST_USER_HDR_SIZE &&
+            (le32_to_cpu(reply.request) != HPNET_VHOST_USER_GET_FEATURES ||
+             !(le32_to_cpu(reply.flags) & HPNET_VHOST_USER_REPLY) ||
+             le32_to_cpu(reply.size) != sizeof(reply.features))) {
+            error_setg(errp, "%s answered, but not as a vhost-user back end",
+                       what);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* @chr's peer is there and answers, or @errp says why not. */
+static bool hpnet_vhost_user_check_peer(Chardev *chr, const char *what,
+                                        uint32_t timeout, Error **errp)
+{
+    SocketChardev *sc;
+
+    if (!object_dynamic_cast(OBJECT(chr), TYPE_CHARDEV_SOCKET)) {
+        return true;                /* vhost-user itself refuses it */
+    }
+    sc = SOCKET_CHARDEV(chr);
+    if (sc->state != TCP_CHARDEV_STATE_CONNECTED) {
+        /* Only a listener can wait: its peer connects by itself. */
+        return hpnet_vhost_user_peer_connects(sc, what, timeout, errp);
+    }
+    return hpnet_vhost_user_answers(sc, what, timeout, errp);
+}
+
+static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o,
+                                    const char *name, NetClientState *peer,
+                                    Error **errp)
 {
     Netdev vu = {
         .id = (char *)name,
@@ -171,7 +307,16 @@ static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o, const char *nam
     Chardev *chr;
     int ret;
 
+    uint32_t timeout = o->has_vhost_user_timeout ? o->vhost_user_timeout :
+                       HPNET_VHOST_USER_TIMEOUT;
+    g_autofree char *what = NULL;
+
     if (o->vhost_user_chardev) {
+        chr = qemu_chr_find(o->vhost_user_chardev);
+        what = g_strdup_printf("chardev %s", o->vhost_user_chardev);
+        if (chr && !hpnet_vhost_user_check_peer(chr, what, timeout, errp)) {
+            return -1;
+        }
         vu.u.vhost_user.chardev = o->vhost_user_chardev;
         return net_init_vhost_user(&vu, name, peer, errp);
     }
@@ -189,6 +334,11 @@ static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o, const char *nam
     chr = qemu_chr_new_from_opts(opts, NULL, errp);
     qemu_opts_del(opts);
     if (!chr) {
+        return -1;
+    }
+    if (!hpnet_vhost_user_check_peer(chr, o->vhost_user_socket, timeout,
+                                     errp)) {
+        object_unparent(OBJECT(chr));
         return -1;
     }
     vu.u.vhost_user.chardev = label;
@@ -327,6 +477,14 @@ static bool hpnet_check_options(const NetdevHpnetOptions *o,
                    "nor a PCI address", name, o->pf);
         error_append_hint(errp, "Give the PF's interface name (pf=eth1) or "
                           "its PCI address (pf=0000:01:00.0).\n");
+        return false;
+    }
+    if (o->has_vhost_user_timeout && o->vhost_user_timeout == 0) {
+        error_setg(errp, "hpnet %s: vhost-user-timeout=0 leaves the peer no "
+                   "time to answer", name);
+        error_append_hint(errp, "Give the seconds the vhost-user peer has "
+                          "to answer, at least 1 (default %d).\n",
+                          HPNET_VHOST_USER_TIMEOUT);
         return false;
     }
     return true;

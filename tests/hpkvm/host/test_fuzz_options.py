@@ -13,7 +13,6 @@ run first, every time.  HPKVM_FUZZ_SEED repeats a run (the seed is
 printed), HPKVM_FUZZ_RUNS makes it longer.  Prints TAP."""
 
 import fcntl
-import json
 import os
 import random
 import re
@@ -29,6 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostlib  # noqa: E402
+import hpkvm_qmp  # noqa: E402
 
 SEED = int(os.environ.get("HPKVM_FUZZ_SEED") or
            random.SystemRandom().randrange(1 << 32))
@@ -42,69 +42,8 @@ tests = hostlib.TapSuite()
 
 # --- one QEMU, bounded ------------------------------------------------------
 
-class QmpError(Exception):
-    pass
-
-
-class Qmp:
-    """Just enough QMP for the checks, every read bounded by a deadline."""
-
-    def __init__(self, sock, deadline):
-        self.sock = sock
-        self.deadline = deadline
-        self.stream = sock.makefile("rwb")
-
-    def read(self):
-        self.sock.settimeout(max(self.deadline - time.monotonic(), 0.1))
-        line = self.stream.readline()
-        if not line:
-            raise EOFError("QMP connection closed")
-        return json.loads(line)
-
-    def cmd(self, name, **args):
-        msg = {"execute": name}
-        if args:
-            msg["arguments"] = args
-        self.stream.write(json.dumps(msg).encode() + b"\n")
-        self.stream.flush()
-        while True:
-            reply = self.read()
-            if "return" in reply:
-                return reply["return"]
-            if "error" in reply:
-                raise QmpError(f"{name}: {reply['error']['desc']}")
-
-    def close(self):
-        self.stream.close()
-        self.sock.close()
-
-
-def qmp_connect(proc, path, deadline):
-    """QMP once QEMU's main loop answers; None if QEMU exits first.  The
-    socket exists before the accelerator is set up; its greeting comes
-    from the main loop.  TimeoutError if neither comes: a hang."""
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError("no QMP greeting")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            time.sleep(0.02)
-            continue
-        qmp = Qmp(sock, deadline)
-        try:
-            qmp.read()                          # the greeting
-            qmp.cmd("qmp_capabilities")
-        except (EOFError, ConnectionError):
-            qmp.close()                         # it exits
-            return None
-        except BaseException:
-            qmp.close()
-            raise
-        return qmp
-    return None
+# QEMU's own QMP client (python/qemu), through hostlib's wrapper.
+QMP = hpkvm_qmp.qmp_module(hostlib.BUILD)
 
 
 class Run:
@@ -141,21 +80,24 @@ def run_qemu(tmp, args, wrap=(), while_up=None):
                                 cwd=tmp)
     qmp = None
     try:
-        qmp = qmp_connect(proc, sock, deadline)
+        # Every command bounded by the run's deadline: a hang is a
+        # TimeoutError.
+        qmp = hpkvm_qmp.connect(hostlib.BUILD, sock, deadline, proc,
+                                bound_by_deadline=True)
         if qmp:
             run.up = True
             if while_up:
                 run.problems += while_up(qmp, proc)
             try:
                 qmp.cmd("quit")
-            except EOFError:
-                pass
+            except QMP.ExecInterruptedError:
+                pass                            # it closed as it quit
         run.status = proc.wait(max(deadline - time.monotonic(), 1))
     except (TimeoutError, subprocess.TimeoutExpired) as e:
         run.hung = True
         run.problems.append(f"hang: still running after {RUN_TIMEOUT} s "
                             f"({e})")
-    except (OSError, EOFError, ValueError, QmpError) as e:
+    except (OSError, EOFError, ValueError, QMP.QMPError) as e:
         run.problems.append(f"QMP failed: {e!r}")
     finally:
         if qmp:
@@ -829,6 +771,8 @@ class NetCtx:
             "vhost-user-socket": [p("stale.sock"), p("nonexistent"),
                                   p("vu.sock,server=on,wait=off"),
                                   p("file"), tmp],
+            "vhost-user-timeout": ["1", "0", "4294967295", "4294967296",
+                                   "-1", "1.5", "x"],
             "vf": ["0000:03:00.1", "0000:03:00.2", "0000:03:00.9",
                    "0000:00:00.0", "0000:03:00.1/../0000:03:00.1",
                    "../../../../../etc"],

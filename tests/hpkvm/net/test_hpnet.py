@@ -6,7 +6,8 @@ backends that are missing fail naming what is missing; each need takes
 the first backend the host has; QEMU's own virtio-net sends the test
 guest's frames into a tap in a network namespace the test creates, also
 through a tap passed as fd= (as libvirt passes it); netdev_add and
-netdev_del at run time; vhost-user to QEMU's vhost-user-bridge completes
+netdev_del at run time; a vhost-user peer that never answers is given
+up on; vhost-user to QEMU's vhost-user-bridge completes
 its handshake and carries the frames to a UDP port on loopback; so does
 DPDK's testpmd where installed.  QEMU runs on KVM where the kernel has
 it, else on TCG: hpnet does not depend on the accelerator.  Prints
@@ -18,9 +19,11 @@ import os
 import re
 import struct
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -336,6 +339,101 @@ def netdev_add_and_netdev_del_at_run_time_keep_query_hpnet_true():
         assert reasons["vhost-user"].startswith(
             f"{sock} is not a socket: start the vhost-user peer first"), \
             reasons
+    finally:
+        ns.close()
+
+
+class SilentPeer:
+    """A UNIX socket whose peer never answers: it listens and never
+    accepts (the kernel's backlog takes the connection), or it accepts
+    and never reads."""
+
+    def __init__(self, path, accept):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(4)
+        self.conns = []
+        self.thread = None
+        if accept:
+            self.thread = threading.Thread(target=self._accept, daemon=True)
+            self.thread.start()
+
+    def _accept(self):
+        try:
+            while True:
+                self.conns.append(self.sock.accept()[0])
+        except OSError:
+            pass                        # closed
+
+    def close(self):
+        # shutdown() ends a blocked accept(); close() alone may not.
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        if self.thread:
+            self.thread.join(10)
+        for c in self.conns:
+            c.close()
+
+
+@tests.case
+def a_vhost_user_peer_that_does_not_answer_is_given_up_on():
+    """QEMU's vhost-user start-up waits for its peer without a bound:
+    hpnet asks the peer first and gives it vhost-user-timeout= seconds,
+    then refuses (forced) or takes the next backend, saying why; a
+    listening chardev nobody connects to is given up on alike."""
+    shared = SHARED + ("-machine", "memory-backend=mem")
+    with tempfile.TemporaryDirectory() as tmp:
+        refused(tmp, "backend=vhost-user,vhost-user-socket=x,"
+                "vhost-user-timeout=0", "hpnet n0: vhost-user-timeout=0 "
+                "leaves the peer no time to answer", memory=shared)
+        for accept in (False, True):
+            sock = os.path.join(tmp, f"silent-{accept}.sock")
+            peer = SilentPeer(sock, accept)
+            try:
+                start = time.monotonic()
+                refused(tmp, f"backend=vhost-user,vhost-user-socket={sock},"
+                        "vhost-user-timeout=1", f"hpnet n0: backend=vhost-user:"
+                        f" the vhost-user peer on {sock} did not answer "
+                        "within 1 s", memory=shared)
+                took = time.monotonic() - start
+                assert took < 20, f"accept={accept}: refused after {took} s"
+            finally:
+                peer.close()
+        listening = os.path.join(tmp, "listening.sock")
+        status, err = hostlib.run_error(
+            ACCEL, tmp, memory=shared,
+            extra=["-chardev", f"socket,id=c0,path={listening},server=on,"
+                   "wait=off", *nic("backend=vhost-user,vhost-user-chardev=c0,"
+                                    "vhost-user-timeout=1")])
+        assert status not in (0, None) and "hpnet n0: backend=vhost-user: " \
+            "no vhost-user peer connected to chardev c0 within 1 s" in err, \
+            (status, err)
+    # Not forced: the next backend, with the silent peer as the reason.
+    ns = Netns()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            sock = os.path.join(tmp, "silent.sock")
+            peer = SilentPeer(sock, True)
+            try:
+                vm = Vm(ACCEL, tmp, wrap=ns.wrap(), memory=SHARED,
+                        machine="pc,memory-backend=mem",
+                        extra=nic(f"need=latency,ifname={ns.tap},"
+                                  f"vhost-user-socket={sock},"
+                                  "vhost-user-timeout=1"))
+                try:
+                    info = vm.connect().qmp("query-hpnet")[0]
+                finally:
+                    vm.quit()
+            finally:
+                peer.close()
+            reasons = {c["backend"]: c["reason"] for c in info["candidates"]}
+            assert info["backend"] in ("vhost-net", "virtio-net"), info
+            assert reasons["vhost-user"].startswith(
+                f"could not be brought up: the vhost-user peer on {sock} "
+                "did not answer within 1 s"), reasons
     finally:
         ns.close()
 
