@@ -343,7 +343,8 @@ class Vm:
         if self._mon:
             self._mon.close()
             self._mon = None
-        self.stderr = self.proc.stderr.read()
+        if not self.proc.stderr.closed:     # a second wait() keeps it
+            self.stderr = self.proc.stderr.read()
         self._close_pipes()
         return self.proc.returncode
 
