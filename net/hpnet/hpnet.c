@@ -166,6 +166,11 @@ static int hpnet_tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
 /* How long a vhost-user peer has to answer, by default (seconds). */
 #define HPNET_VHOST_USER_TIMEOUT 5
 
+/*
+ * vhost-user is a build option of QEMU's (--disable-vhost-user): without
+ * it hpnet's probe rules it out, saying so, and nothing here is built.
+ */
+#ifdef CONFIG_VHOST_NET_USER
 /* vhost-user's message header (docs/interop/vhost-user.rst). */
 typedef struct QEMU_PACKED HpnetVhostUserMsg {
     uint32_t request;
@@ -349,6 +354,7 @@ static int hpnet_vhost_user_backend(const NetdevHpnetOptions *o,
     }
     return ret;
 }
+#endif /* CONFIG_VHOST_NET_USER */
 
 /* The VF as a vfio-pci device, created with the -device options. */
 static bool hpnet_add_vf_device(HpnetState *s, const NetdevHpnetOptions *o,
@@ -379,8 +385,12 @@ static int hpnet_create(HpnetState *s, const NetdevHpnetOptions *o,
     case HPNET_BACKEND_VHOST_NET:
         return hpnet_tap_backend(s, o, name, peer, true, errp);
     case HPNET_BACKEND_VHOST_USER:
+#ifdef CONFIG_VHOST_NET_USER
         hpnet_take_vhostfd(s, o, false);
         return hpnet_vhost_user_backend(o, name, peer, errp);
+#else
+        g_assert_not_reached();     /* ruled out after the probe */
+#endif
     case HPNET_BACKEND_SRIOV:
         /* The standby's data path: the kernel's where the host has it. */
         if (hpnet_tap_backend(s, o, name, peer,
@@ -535,6 +545,12 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
     s->forced = o->has_backend;
     s->standby = g_strdup(o->standby);
     hpnet_probe_all(&cfg, probes, &s->vf);
+#ifndef CONFIG_VHOST_NET_USER
+    g_free(probes[HPNET_BACKEND_VHOST_USER].reason);
+    probes[HPNET_BACKEND_VHOST_USER].available = false;
+    probes[HPNET_BACKEND_VHOST_USER].reason =
+        g_strdup("this QEMU is built without vhost-user (--enable-vhost-user)");
+#endif
 
     for (;;) {
         qapi_free_HpnetCandidateList(s->candidates);
