@@ -12,6 +12,13 @@
 
 #define PCI_DEVICES "/sys/bus/pci/devices/"
 
+/* vhost-user is a build option of QEMU's (--disable-vhost-user). */
+#ifdef CONFIG_VHOST_NET_USER
+static const bool probe_vhost_user_built = true;
+#else
+static const bool probe_vhost_user_built;
+#endif
+
 static char *probe_at(const char *root, const char *path)
 {
     return g_strconcat(root, path, NULL);
@@ -205,7 +212,11 @@ void hpnet_probe_all(const HpnetProbeConfig *cfg,
                         "/dev/net/tun opens", cfg->vhost_fd ?
                         "vhostfd= given" : "/dev/vhost-net opens"));
 
-    if (!cfg->vhost_user_socket && !cfg->vhost_user_chardev) {
+    if (!probe_vhost_user_built) {
+        probe_set(&probes[HPNET_BACKEND_VHOST_USER], false,
+                  g_strdup("this QEMU is built without vhost-user "
+                           "(--enable-vhost-user)"));
+    } else if (!cfg->vhost_user_socket && !cfg->vhost_user_chardev) {
         probe_set(&probes[HPNET_BACKEND_VHOST_USER], false,
                   g_strdup("not configured: give vhost-user-socket= or "
                      "vhost-user-chardev="));

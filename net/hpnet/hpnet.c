@@ -19,7 +19,6 @@
 
 #include "qemu/osdep.h"
 #include "qemu/cutils.h"
-#include "qemu/sockets.h"
 #include "qemu/error-report.h"
 #include "qemu/option.h"
 #include "qemu/config-file.h"
@@ -168,7 +167,9 @@ static int hpnet_tap_backend(HpnetState *s, const NetdevHpnetOptions *o,
 
 /*
  * vhost-user is a build option of QEMU's (--disable-vhost-user): without
- * it hpnet's probe rules it out, saying so, and nothing here is built.
+ * it hpnet_probe_all() rules it out, saying so, and nothing here is built.
+ * The header is written out here because QEMU's (hw/virtio/vhost-user.c)
+ * is private to that file.
  */
 #ifdef CONFIG_VHOST_NET_USER
 /* vhost-user's message header (docs/interop/vhost-user.rst). */
@@ -545,12 +546,6 @@ int net_init_hpnet(const Netdev *netdev, const char *name,
     s->forced = o->has_backend;
     s->standby = g_strdup(o->standby);
     hpnet_probe_all(&cfg, probes, &s->vf);
-#ifndef CONFIG_VHOST_NET_USER
-    g_free(probes[HPNET_BACKEND_VHOST_USER].reason);
-    probes[HPNET_BACKEND_VHOST_USER].available = false;
-    probes[HPNET_BACKEND_VHOST_USER].reason =
-        g_strdup("this QEMU is built without vhost-user (--enable-vhost-user)");
-#endif
 
     for (;;) {
         qapi_free_HpnetCandidateList(s->candidates);

@@ -13,10 +13,15 @@ cannot build one.  Prints TAP.
     test_nokvm_build.py SOURCE-DIR BUILD-DIR
 """
 
-import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                "..", "..", "..", "scripts", "hpkvm"))
+import hpkvm_qmp  # noqa: E402 pylint: disable=wrong-import-position
 
 CONFIGURE_ARGS = ["--target-list=x86_64-softmmu", "--disable-kvm",
                   "--without-default-features", "--disable-docs",
@@ -41,22 +46,34 @@ class Tap:
         return ok
 
 
-def run(cmd, cwd=None, timeout=1200, stdin=None):
-    return subprocess.run(cmd, cwd=cwd, input=stdin, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def run(cmd, cwd=None, timeout=1200):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
-def qmp_session(qemu, commands):
-    """Replies to COMMANDS of one QEMU (-machine none) over QMP on stdio."""
-    msgs = [{"execute": "qmp_capabilities"}] + \
-        [{"execute": c, **({"arguments": a} if a else {})}
-         for c, a in commands] + [{"execute": "quit"}]
-    res = run([qemu, "-machine", "none", "-nodefaults", "-display", "none",
-               "-qmp", "stdio"], timeout=60,
-              stdin="".join(json.dumps(m) + "\n" for m in msgs))
-    replies = [json.loads(line) for line in res.stdout.splitlines()
-               if line.startswith("{")]
-    return [r for r in replies if "return" in r or "error" in r][1:-1]
+def hpkvm_report(build, qemu, tmp):
+    """(query-hpkvm, "info hpkvm") of a QEMU of BUILD (-machine none),
+    through QEMU's QMP client as the other tests use it."""
+    sock = os.path.join(tmp, "qmp.sock")
+    proc = subprocess.Popen([qemu, "-machine", "none", "-nodefaults",
+                             "-display", "none",
+                             "-qmp", f"unix:{sock},server=on,wait=off"],
+                            stderr=subprocess.PIPE, text=True)
+    mon = None
+    try:
+        mon = hpkvm_qmp.connect(build, sock, time.monotonic() + 60, proc,
+                                timeout=30)
+        if mon is None:
+            return None, proc.stderr.read()
+        return (mon.cmd("query-hpkvm"),
+                mon.cmd("human-monitor-command", **{"command-line":
+                                                    "info hpkvm"}))
+    finally:
+        if mon:
+            mon.close()
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
 
 
 def main():
@@ -93,15 +110,12 @@ def main():
                "-accel hpkvm is refused by name",
                f"accelerators: {accels}; {refused.stderr}")
 
-    replies = qmp_session(qemu, [("query-hpkvm", None),
-                                 ("human-monitor-command",
-                                  {"command-line": "info hpkvm"})])
-    tap.result(len(replies) == 2 and
-               replies[0].get("return") == {"enabled": False,
-                                            "present": False} and
-               "not in this binary" in replies[1].get("return", ""),
+    with tempfile.TemporaryDirectory(prefix="hpkvm-nokvm-") as tmp:
+        info, hmp = hpkvm_report(build, qemu, tmp)
+    tap.result(info == {"enabled": False, "present": False} and
+               "not in this binary" in hmp,
                "query-hpkvm and info hpkvm say hpkvm is not in this binary",
-               repr(replies))
+               f"{info!r} {hmp!r}")
 
     net = run([qemu, "-machine", "none", "-nodefaults", "-display", "none",
                "-netdev", "hpnet,id=n0,backend=vhost-user,"
