@@ -36,7 +36,11 @@ int hpkvm_kernel_enable(KVMState *s, struct hpkvm_enable *req)
 
 int hpkvm_kernel_disable(KVMState *s)
 {
-    int ret = kvm_vm_ioctl(s, HPKVM_DISABLE);
+    /*
+     * The argument must be 0 (EINVAL otherwise): left out, kvm_vm_ioctl()
+     * would pass on whatever its variadic register held.
+     */
+    int ret = kvm_vm_ioctl(s, HPKVM_DISABLE, NULL);
 
     trace_hpkvm_kernel_disable(ret);
     return ret;

@@ -23,17 +23,44 @@
  *   irte=ERRNO       make HPKVM_SET_IRTE fail with ERRNO (default 0)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
- * It keeps the contract's ordering rules and refusals
- * (docs/devel/hpkvm-kernel-contract.rst) as the reference kernel does,
- * per VM: HPKVM_ENABLE once, and it and HPKVM_DISABLE only before the
- * VM's first vCPU (EBUSY); HPKVM_BIND_VCPU only with exclusive-cores
- * granted and zero flags and reserved fields (EINVAL), once per vCPU and
- * per thread and before the vCPU's first KVM_RUN (EBUSY);
- * HPKVM_SET_IRTE only with vfio-irte granted, zero reserved fields and
- * known flags, a vector of 16-255 and an irqfd assigned to the GSI
- * (EINVAL).  Each refusal is logged with its errno.  What it does not
- * model: which host cores are held (the reference kernel's table), the
- * irqchip (the reference kernel does not check it either).
+ * It refuses what the reference kernel (kvm/patches/0003, 0004) refuses,
+ * checking in the same order, per VM:
+ *   HPKVM_ENABLE: EINVAL for non-zero flags, pad or reserved fields,
+ *     feature bits version 1 does not have, required not a subset of
+ *     requested, nr_vcpus 0 or above KVM_CAP_MAX_VCPUS; then EBUSY after
+ *     the VM's first vCPU or a second time (even after HPKVM_DISABLE).
+ *     Per feature: -ENOENT if not requested, -EINVAL for vfio-irte
+ *     requested without irq-passthrough and dynamic-nohz without
+ *     exclusive-cores, then the script.  If a required feature is not
+ *     granted, EPERM: nothing is granted and every feature that would
+ *     have been reports -EPERM.
+ *   HPKVM_DISABLE: EINVAL for a non-zero argument, EBUSY after the VM's
+ *     first vCPU.
+ *   HPKVM_BIND_VCPU: ENOTTY on an fd that is not a vCPU's; EINVAL for
+ *     non-zero flags or reserved fields, then without exclusive-cores
+ *     granted; EBUSY after the vCPU's first KVM_RUN, for a vCPU already
+ *     bound or a thread that bound one; EINVAL for a host_cpu outside
+ *     the calling thread's affinity (which also covers offline and
+ *     unknown CPUs); E2BIG beyond the nr_vcpus announced in HPKVM_ENABLE;
+ *     then the script (bind=).
+ *   KVM_RUN of a bound vCPU from another thread than the binder: EPERM
+ *     (and the vCPU does not count as run).
+ *   HPKVM_SET_IRTE: EINVAL without vfio-irte granted, for non-zero
+ *     reserved fields or unknown flags, a vector outside 16-255 or a GSI
+ *     without an irqfd (the reference kernel grants no vfio-irte yet, so
+ *     this follows the contract's text); then the script (irte=).
+ * Each refusal is logged with its errno.  What it does not model: which
+ * host cores are held (the reference kernel's table: a core held by
+ * another VM's vCPU, the last core kept for the host, cores taken from a
+ * stopped VM), E2BIG for exclusive-cores at HPKVM_ENABLE when nr_vcpus
+ * exceeds this machine's cores (supported=, grant= and refuse= script
+ * the machine), the pinning of the thread at HPKVM_BIND_VCPU, its
+ * PF_NO_SETAFFINITY and the EPERM of a KVM_RUN whose thread left its
+ * core (QEMU pins the thread itself first), and the irqchip (the
+ * reference kernel does not check it either).  The scripted failures
+ * (enable=, caps=, bind=, irte=) come after every check.
+ * tests/hpkvm/fake-kernel/test_contract.py runs the reference kernel's
+ * contract test against this double.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -54,15 +81,19 @@ typedef struct FakeVm {
     bool enable_called;
     uint64_t granted;
     unsigned nr_vcpus;          /* created */
+    uint32_t announced;         /* HPKVM_ENABLE's nr_vcpus */
+    unsigned nr_bound;          /* vCPUs bound, never counted off */
     GHashTable *irqfd_gsis;     /* GSIs with an irqfd assigned */
 } FakeVm;
 
 /* ... and of one vCPU. */
 typedef struct FakeVcpu {
     FakeVm *vm;
-    bool bound;
+    pid_t binder;               /* the thread that bound it; 0: unbound */
     bool ran;
 } FakeVcpu;
+
+static int (*real_ioctl)(int, unsigned long, ...);
 
 static struct {
     uint64_t supported;
@@ -178,11 +209,67 @@ static FakeVm *fake_vm(int fd)
     return vm;
 }
 
+/*
+ * What the reference kernel refuses of @req before it looks at the VM
+ * (hpkvm_enable_valid()), or NULL.  Called without fk.lock: it asks the
+ * real KVM for its vCPU limit, as KVM_MAX_VCPUS bounds nr_vcpus there.
+ */
+static const char *fake_enable_invalid(int fd, const struct hpkvm_enable *req)
+{
+    int max_vcpus;
+    size_t i;
+
+    if (req->flags || req->pad) {
+        return "with non-zero flags or pad";
+    }
+    for (i = 0; i < ARRAY_SIZE(req->reserved); i++) {
+        if (req->reserved[i]) {
+            return "with a non-zero reserved field";
+        }
+    }
+    if (req->requested & ~ALL_FEATURES) {
+        return "with a feature version 1 does not have";
+    }
+    if (req->required & ~req->requested) {
+        return "with required not a subset of requested";
+    }
+    if (!req->nr_vcpus) {
+        return "with nr_vcpus 0";
+    }
+    max_vcpus = real_ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_MAX_VCPUS);
+    if (max_vcpus > 0 && req->nr_vcpus > (unsigned)max_vcpus) {
+        return "with nr_vcpus above KVM_CAP_MAX_VCPUS";
+    }
+    return NULL;
+}
+
+/* As the reference kernel's hpkvm_refusal(), with the script's answer. */
+static int fake_reason(const struct hpkvm_enable *req, int f)
+{
+    uint64_t bit = 1ULL << f;
+
+    if (!(req->requested & bit)) {
+        return -ENOENT;
+    }
+    /* What a feature builds on must be asked for with it. */
+    if ((bit == HPKVM_FEAT_VFIO_IRTE &&
+         !(req->requested & HPKVM_FEAT_IRQ_PASSTHROUGH)) ||
+        (bit == HPKVM_FEAT_DYNAMIC_NOHZ &&
+         !(req->requested & HPKVM_FEAT_EXCLUSIVE_CORES))) {
+        return -EINVAL;
+    }
+    if (fk.grant & fk.supported & bit) {
+        return 0;
+    }
+    /* refuse=0 would read as granted: not a refusal. */
+    return fk.refuse > 0 ? -fk.refuse : -EOPNOTSUPP;
+}
+
 static int fake_enable(FakeVm *vm, struct hpkvm_enable *req)
 {
     /* __u64 is unsigned long long: print through uint64_t. */
     uint64_t requested = req->requested, required = req->required;
-    uint64_t grant = requested & fk.grant & fk.supported;
+    uint64_t grant = 0;
     int f;
 
     if (vm->nr_vcpus || vm->enable_called) {
@@ -191,14 +278,21 @@ static int fake_enable(FakeVm *vm, struct hpkvm_enable *req)
                            "after a vCPU was created" : "a second time");
     }
     vm->enable_called = true;
+    vm->announced = req->nr_vcpus;
 
     for (f = 0; f < HPKVM_FEATURE_NR; f++) {
-        uint64_t bit = 1ULL << f;
-
-        req->reason[f] = !(req->requested & bit) ? -ENOENT :
-                         (grant & bit) ? 0 : -fk.refuse;
+        req->reason[f] = fake_reason(req, f);
+        if (!req->reason[f]) {
+            grant |= 1ULL << f;
+        }
     }
-    if (req->required & ~grant) {
+    if (required & ~grant) {
+        /* Nothing is granted: no reason may read as "granted". */
+        for (f = 0; f < HPKVM_FEATURE_NR; f++) {
+            if (!req->reason[f]) {
+                req->reason[f] = -EPERM;
+            }
+        }
         req->granted = 0;
         fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " required=0x%" PRIx64
                  " -> EPERM", requested, required);
@@ -222,41 +316,91 @@ static int fake_enable(FakeVm *vm, struct hpkvm_enable *req)
 }
 
 /*
- * The contract: from the vCPU's thread, with exclusive-cores granted,
- * before the vCPU's first KVM_RUN, once per vCPU and per thread.  The log
- * shows the calling thread and its affinity, so tests can check QEMU
- * pinned the thread to the same core first.
+ * The reference kernel's checks of hpkvm_bind_vcpu(), in its order, but
+ * for the table of held cores: 0 or the refusal's -errno.
+ */
+static int fake_bind_refusal(FakeVcpu *vcpu,
+                             const struct hpkvm_vcpu_bind *bind,
+                             bool thread_bound, const cpu_set_t *affinity)
+{
+    if (!vcpu) {
+        return -ENOTTY;         /* a VM's or /dev/kvm's fd */
+    }
+    if (bind->flags || bind->reserved[0] || bind->reserved[1] ||
+        !(vcpu->vm->granted & HPKVM_FEAT_EXCLUSIVE_CORES)) {
+        return -EINVAL;
+    }
+    if (vcpu->ran || vcpu->binder || thread_bound) {
+        return -EBUSY;
+    }
+    /*
+     * The kernel pins past no cpuset or sched_setaffinity() rule: the core
+     * must be one the thread already may run on.  The kernel's own mask
+     * holds no offline CPU, so this refuses those too.
+     */
+    if (!affinity || bind->host_cpu >= CPU_SETSIZE ||
+        !CPU_ISSET(bind->host_cpu, affinity)) {
+        return -EINVAL;
+    }
+    if (vcpu->vm->nr_bound >= vcpu->vm->announced) {
+        return -E2BIG;
+    }
+    return -fk.bind_errno;
+}
+
+/*
+ * From the vCPU's thread, with exclusive-cores granted, before the
+ * vCPU's first KVM_RUN, once per vCPU and per thread.  The log shows the
+ * calling thread and its affinity, so tests can check QEMU pinned the
+ * thread to the same core first.
  */
 static int fake_bind(FakeVcpu *vcpu, struct hpkvm_vcpu_bind *bind)
 {
     static __thread bool thread_bound;
+    pid_t tid = syscall(SYS_gettid);
     cpu_set_t set;
+    bool have_set = sched_getaffinity(0, sizeof(set), &set) == 0;
     g_autoptr(GString) cpus = g_string_new("");
     int cpu, err;
 
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        for (cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-            if (CPU_ISSET(cpu, &set)) {
-                g_string_append_printf(cpus, "%s%d", cpus->len ? "," : "",
-                                       cpu);
-            }
+    for (cpu = 0; have_set && cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &set)) {
+            g_string_append_printf(cpus, "%s%d", cpus->len ? "," : "", cpu);
         }
     }
-    if (!vcpu || !(vcpu->vm->granted & HPKVM_FEAT_EXCLUSIVE_CORES) ||
-        bind->flags || bind->reserved[0] || bind->reserved[1]) {
-        err = EINVAL;
-    } else if (vcpu->ran || vcpu->bound || thread_bound) {
-        err = EBUSY;
-    } else {
-        err = fk.bind_errno;
-    }
+    err = -fake_bind_refusal(vcpu, bind, thread_bound,
+                             have_set ? &set : NULL);
     fake_log("HPKVM_BIND_VCPU host_cpu=%u tid=%d affinity=%s -> %d",
-             bind->host_cpu, (int)syscall(SYS_gettid), cpus->str, err);
+             bind->host_cpu, (int)tid, cpus->str, err);
     if (err) {
         errno = err;
         return -1;
     }
-    vcpu->bound = thread_bound = true;
+    vcpu->binder = tid;
+    vcpu->vm->nr_bound++;
+    thread_bound = true;
+    return 0;
+}
+
+/*
+ * KVM_RUN, before the real one: a bound vCPU enters only from its own
+ * thread (EPERM).  One that may enter counts as run from then on, for
+ * KVM_RUN returns only at the next exit.
+ */
+static int fake_run(int fd)
+{
+    FakeVcpu *vcpu = g_hash_table_lookup(fk.vcpus, GINT_TO_POINTER(fd));
+    pid_t tid;
+
+    if (!vcpu) {
+        return 0;
+    }
+    tid = syscall(SYS_gettid);
+    if (vcpu->binder && vcpu->binder != tid) {
+        return fake_refuse(EPERM, "KVM_RUN of a vCPU bound by tid=%d from "
+                           "tid=%d", (int)vcpu->binder, (int)tid);
+    }
+    vcpu->ran = true;
     return 0;
 }
 
@@ -295,7 +439,9 @@ static void fake_track(int fd, unsigned long request, void *arg, int ret)
     }
     switch (request) {
     case KVM_CREATE_VM:
+        /* A new VM, and not the vCPU of a closed fd of that number. */
         g_hash_table_remove(fk.vms, GINT_TO_POINTER(ret));
+        g_hash_table_remove(fk.vcpus, GINT_TO_POINTER(ret));
         break;
     case KVM_CREATE_VCPU:
         vcpu = g_new0(FakeVcpu, 1);
@@ -315,6 +461,7 @@ static void fake_track(int fd, unsigned long request, void *arg, int ret)
     }
 }
 
+/* Called with fk.lock held; -2 for an ioctl that is not the contract's. */
 static int fake_hpkvm_ioctl(int fd, unsigned long request, void *arg)
 {
     FakeVcpu *vcpu = g_hash_table_lookup(fk.vcpus, GINT_TO_POINTER(fd));
@@ -344,6 +491,10 @@ static int fake_hpkvm_ioctl(int fd, unsigned long request, void *arg)
     case HPKVM_DISABLE: {
         FakeVm *vm = fake_vm(fd);
 
+        if (arg) {
+            return fake_refuse(EINVAL, "HPKVM_DISABLE with argument %p",
+                               arg);
+        }
         if (vm->nr_vcpus) {
             return fake_refuse(EBUSY, "HPKVM_DISABLE after a vCPU was "
                                "created");
@@ -358,7 +509,6 @@ static int fake_hpkvm_ioctl(int fd, unsigned long request, void *arg)
 
 int ioctl(int fd, unsigned long request, ...)
 {
-    static int (*real_ioctl)(int, unsigned long, ...);
     va_list ap;
     void *arg;
 
@@ -371,7 +521,7 @@ int ioctl(int fd, unsigned long request, ...)
                                                              "ioctl");
     }
     if (getenv("HPKVM_FAKE_KERNEL")) {
-        FakeVcpu *vcpu;
+        const char *invalid;
         int ret, err;
 
         if (request == KVM_CHECK_EXTENSION &&
@@ -385,14 +535,22 @@ int ioctl(int fd, unsigned long request, ...)
             return fk.disable_exits;
         }
         if (request == KVM_RUN) {
-            /* Marked before: KVM_RUN returns only at the next exit. */
             g_mutex_lock(&fk.lock);
-            vcpu = g_hash_table_lookup(fk.vcpus, GINT_TO_POINTER(fd));
-            if (vcpu) {
-                vcpu->ran = true;
-            }
+            ret = fake_run(fd);
             g_mutex_unlock(&fk.lock);
-            return real_ioctl(fd, request, arg);
+            return ret < 0 ? ret : real_ioctl(fd, request, arg);
+        }
+        /* Checked before the VM is looked at, as by the kernel. */
+        invalid = request == HPKVM_ENABLE ?
+                  fake_enable_invalid(fd, arg) : NULL;
+        if (invalid) {
+            struct hpkvm_enable *req = arg;
+
+            return fake_refuse(EINVAL, "HPKVM_ENABLE requested=0x%" PRIx64
+                               " required=0x%" PRIx64 " nr_vcpus=%u %s",
+                               (uint64_t)req->requested,
+                               (uint64_t)req->required, req->nr_vcpus,
+                               invalid);
         }
         g_mutex_lock(&fk.lock);
         ret = fake_hpkvm_ioctl(fd, request, arg);

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The reference kernel's contract test, run against the test double.
+
+tests/hpkvm/kernel/hpkvm-contract-test checks that a patched KVM keeps
+docs/devel/hpkvm-kernel-contract.rst; here it runs on this machine's
+KVM with hpkvm-fake-kernel LD_PRELOADed, scripted to announce exactly
+what the reference kernel does (exclusive-cores), so that the double
+refuses what that kernel refuses, in the same order.  Each case runs in
+a process of its own (glib -p), reported as one TAP line: a failed
+g_assert ends its process, and glib's own TAP, with one -p per run,
+would give meson one plan per run.
+
+Usage: test_contract.py CONTRACT_TEST FAKE_KERNEL_SO.  Prints TAP.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+# The reference kernel's announcement, kvm/patches/0004: exclusive cores.
+SPEC = "supported=0x1"
+
+# What the double models (its header comment says what it refuses).
+CASES = [
+    "/hpkvm-contract/caps",
+    "/hpkvm-contract/enable/grants-exclusive-cores",
+    "/hpkvm-contract/enable/not-requested",
+    "/hpkvm-contract/enable/required-refused",
+    "/hpkvm-contract/enable/dependencies",
+    "/hpkvm-contract/enable/invalid",
+    "/hpkvm-contract/enable/once",
+    "/hpkvm-contract/order/after-vcpu",
+    "/hpkvm-contract/order/disable-before-vcpu",
+    "/hpkvm-contract/bind/without-grant",
+    "/hpkvm-contract/bind/invalid",
+    "/hpkvm-contract/bind/more-than-announced",
+    "/hpkvm-contract/bind/after-run",
+    "/hpkvm-contract/bind/one-vcpu-per-thread",
+    "/hpkvm-contract/run/other-thread",
+]
+
+# The kernel's alone, each with why the double does not play it.
+EXCLUDED = {
+    "/hpkvm-contract/enable/too-many-vcpus":
+        "E2BIG for nr_vcpus above this machine's online cores minus one: "
+        "the double's grants are scripted (supported=, grant=), not "
+        "counted from real cores",
+    "/hpkvm-contract/bind/pins-thread":
+        "the kernel pins the thread and sets PF_NO_SETAFFINITY, so that "
+        "sched_setaffinity() fails; the double intercepts ioctl() only "
+        "(QEMU pins the thread itself first)",
+    "/hpkvm-contract/bind/take-from-stopped-vm":
+        "needs the kernel's table of held cores across VMs (EBUSY at "
+        "KVM_RUN once another VM took the core)",
+    "/hpkvm-contract/bind/last-core-is-the-hosts":
+        "needs the kernel's table of held cores across VMs (the last "
+        "core without a holder is the host's)",
+}
+
+TIMEOUT = 60
+
+
+def comment(text):
+    for line in text.splitlines():
+        print(f"# {line}")
+
+
+def listed_cases(binary):
+    out = subprocess.run([binary, "-l"], capture_output=True, text=True,
+                         timeout=TIMEOUT, check=True).stdout
+    return [ln.strip() for ln in out.splitlines() if ln.startswith("/")]
+
+
+def run_case(binary, env, log, path):
+    """None if the case passed, else what to show."""
+    if os.path.exists(log):
+        os.unlink(log)
+    try:
+        res = subprocess.run([binary, "-p", path], env=env,
+                             capture_output=True, text=True,
+                             timeout=TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {TIMEOUT} s"
+    if res.returncode == 0:
+        return None
+    shown = f"exit status {res.returncode}\n{res.stdout}{res.stderr}"
+    if os.path.exists(log):
+        with open(log) as f:
+            shown += "the double's log:\n" + f.read()
+    return shown
+
+
+def main():
+    binary, fake_kernel = sys.argv[1:3]
+    if not os.path.exists("/dev/kvm"):
+        print("1..0 # SKIP this kernel has no KVM (no /dev/kvm)")
+        return 0
+    print(f"1..{len(CASES) + 1}", flush=True)
+    failed = 0
+
+    # A case added to the contract test must be sorted here, not lost.
+    listed = set(listed_cases(binary))
+    unsorted = sorted(listed - set(CASES) - set(EXCLUDED))
+    stale = sorted((set(CASES) | set(EXCLUDED)) - listed)
+    if unsorted or stale:
+        failed += 1
+        print("not ok 1 - every contract case is run or excluded")
+        comment("not in CASES nor EXCLUDED: " + ", ".join(unsorted))
+        comment("no longer in the contract test: " + ", ".join(stale))
+    else:
+        print("ok 1 - every contract case is run or excluded")
+    for path, why in EXCLUDED.items():
+        comment(f"excluded {path}: {why}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "fake-kernel.log")
+        env = dict(os.environ, LD_PRELOAD=os.path.abspath(fake_kernel),
+                   HPKVM_FAKE_KERNEL=SPEC, HPKVM_FAKE_KERNEL_LOG=log)
+        for i, path in enumerate(CASES, 2):
+            shown = run_case(binary, env, log, path)
+            if shown is None:
+                print(f"ok {i} - {path}", flush=True)
+            else:
+                failed += 1
+                print(f"not ok {i} - {path}", flush=True)
+                comment(shown)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
