@@ -125,7 +125,7 @@ static int hpkvm_check_device(const char *path)
     int err = errno;
 
     if (fd < 0) {
-        error_report("hpkvm: cannot open the KVM device %s: %s", path,
+        error_report("cannot open the KVM device %s for hpkvm: %s", path,
                      strerror(err));
         error_printf("hpkvm needs read-write access to %s: load the kvm "
                      "module (kvm_intel or kvm_amd), check the node's "

@@ -29,6 +29,7 @@ static QDict *client_call(const char *socket, const char *cmd, QDict *args,
                           const int *fds, size_t nfds, int *rfds,
                           size_t *rnfds, Error **errp)
 {
+    ERRP_GUARD();
     struct timeval tv = { .tv_sec = CLIENT_REPLY_TIMEOUT_S };
     g_autoptr(QDict) req = qdict_new();
     g_autoptr(QDict) reply = NULL;
@@ -39,7 +40,7 @@ static QDict *client_call(const char *socket, const char *cmd, QDict *args,
     *rnfds = 0;
     sock = unix_connect(socket, errp);
     if (sock < 0) {
-        error_prepend(errp, "hpkvm: host-cpus= needs qemu-hpkvm-helper, "
+        error_prepend(errp, "host-cpus= needs qemu-hpkvm-helper, "
                       "which leases the cores and isolates the host: ");
         error_append_hint(errp, "Start it (systemctl enable --now "
                           "qemu-hpkvm-helper.socket), or set helper= to "
@@ -59,7 +60,7 @@ static QDict *client_call(const char *socket, const char *cmd, QDict *args,
     close(sock);
     if (!reply) {
         /* No error: it closed the connection (killed mid-request?). */
-        error_setg(errp, "hpkvm: no answer from qemu-hpkvm-helper at %s%s%s",
+        error_setg(errp, "no answer from qemu-hpkvm-helper at %s%s%s",
                    socket, local_err ? ": " : "",
                    local_err ? error_get_pretty(local_err) : "");
         error_free(local_err);
@@ -69,7 +70,7 @@ static QDict *client_call(const char *socket, const char *cmd, QDict *args,
     ret = qdict_get_qdict(reply, "return");
     trace_hpkvm_helper_reply(cmd, ret && !err, *rnfds);
     if (err || !ret) {
-        error_setg(errp, "hpkvm: qemu-hpkvm-helper refused: %s",
+        error_setg(errp, "qemu-hpkvm-helper refused: %s",
                    err && qdict_get_try_str(err, "desc") ?
                    qdict_get_try_str(err, "desc") : "(no reason)");
         while (*rnfds) {
@@ -102,7 +103,7 @@ static bool client_take_leases(QDict *ret, int *fds, size_t nfds,
         set_bit(cpu, l->held.bits);
     }
     if (e || i != nfds) {
-        error_setg(errp, "hpkvm: qemu-hpkvm-helper's leases do not match "
+        error_setg(errp, "qemu-hpkvm-helper's leases do not match "
                    "host-cpus=");
         while (i < nfds) {
             close(fds[i++]);
@@ -110,7 +111,7 @@ static bool client_take_leases(QDict *ret, int *fds, size_t nfds,
         return false;
     }
     if (!hpkvm_cpuset_equal(&l->held, cores)) {
-        error_setg(errp, "hpkvm: qemu-hpkvm-helper leased fewer cores than "
+        error_setg(errp, "qemu-hpkvm-helper leased fewer cores than "
                    "host-cpus= lists");
         return false;
     }
@@ -133,8 +134,9 @@ bool hpkvm_helper_lease(const char *socket, const HpkvmCpuSet *cores,
     bool ok;
 
     if (hpkvm_cpuset_count(&l->held) > HPKVM_HELPER_MAX_FDS) {
-        error_setg(errp, "hpkvm: more than %d host cores for one VM",
-                   HPKVM_HELPER_MAX_FDS);
+        error_setg(errp, "%u leased host cores to hand over, but "
+                   "qemu-hpkvm-helper adopts at most %d for one VM",
+                   hpkvm_cpuset_count(&l->held), HPKVM_HELPER_MAX_FDS);
         qobject_unref(args);
         qobject_unref(adopt);
         return false;
@@ -156,7 +158,7 @@ bool hpkvm_helper_lease(const char *socket, const HpkvmCpuSet *cores,
         return false;
     }
     if (!qdict_haskey(ret, "isolation")) {
-        error_setg(errp, "hpkvm: qemu-hpkvm-helper sent no isolation report");
+        error_setg(errp, "qemu-hpkvm-helper sent no isolation report");
         return false;
     }
     v = qobject_input_visitor_new(qdict_get(ret, "isolation"));

@@ -466,7 +466,7 @@ static bool isolate_host_group(Reconcile *r, Error **errp)
         ret = hpkvm_host_mkdir(r->h, dir);
         trace_hpkvm_isolate_write(dir, "mkdir", ret);
         if (ret < 0) {
-            error_setg_errno(errp, -ret, "hpkvm: cannot create the cgroup "
+            error_setg_errno(errp, -ret, "cannot create the cgroup "
                              "%s%s", r->h->root, dir);
             return false;
         }
@@ -486,7 +486,7 @@ static bool isolate_host_group(Reconcile *r, Error **errp)
     ret = hpkvm_host_write(r->h, cpus_path, spare);
     trace_hpkvm_isolate_write(cpus_path, spare, ret);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: cannot set %s%s to %s",
+        error_setg_errno(errp, -ret, "cannot set %s%s to %s",
                          r->h->root, cpus_path, spare);
         return false;
     }
@@ -757,7 +757,7 @@ HpkvmIsolation *hpkvm_isolate_reconcile(const HpkvmIsolateRequest *req,
     }
     hpkvm_cpuset_andnot(&r.spare, &r.online, leased);
     if (hpkvm_cpuset_empty(&r.spare)) {
-        error_setg(errp, "hpkvm: every online host core is leased: leave "
+        error_setg(errp, "every online host core is leased: leave "
                    "one for the host");
         return NULL;
     }

@@ -314,7 +314,7 @@ static void journal_set_aside(HpkvmJournal *j, GString *rejected)
     if (fd >= 0) {
         if (qemu_write_full(fd, rejected->str, rejected->len) !=
             rejected->len) {
-            warn_report("hpkvm: cannot keep the refused lines in %s/"
+            warn_report("cannot keep the refused journal lines in %s/"
                         JOURNAL_REJECTED ": %s", j->dir, strerror(errno));
         }
         qemu_fdatasync(fd);
@@ -359,7 +359,7 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
         const char *why = journal_parse(j, lines[i], &legacy);
 
         if (why) {
-            warn_report("hpkvm: %s/" JOURNAL_FILE " line %d refused (%s): "
+            warn_report("%s/" JOURNAL_FILE " line %d refused (%s): "
                         "it is never undone; kept in " JOURNAL_REJECTED,
                         j->dir, i + 1, why);
             g_string_append_printf(rejected, "%s\n", lines[i]);
@@ -382,6 +382,7 @@ static bool journal_load(HpkvmJournal *j, Error **errp)
 /* Open (again, after a replay removed it) the file to append to. */
 static bool journal_file(HpkvmJournal *j, Error **errp)
 {
+    ERRP_GUARD();
     int fd;
 
     if (j->fd >= 0) {
@@ -390,7 +391,7 @@ static bool journal_file(HpkvmJournal *j, Error **errp)
     fd = hpkvm_state_file_open(j->dfd, j->dir, JOURNAL_FILE,
                                O_WRONLY | O_CREAT | O_APPEND, errp);
     if (fd < 0) {
-        error_prepend(errp, "hpkvm: cannot open the journal: ");
+        error_prepend(errp, "cannot open the journal of host changes: ");
         return false;
     }
     j->fd = fd;
@@ -412,7 +413,6 @@ HpkvmJournal *hpkvm_journal_open(const HpkvmHost *h, const char *state_dir,
     j->mount = hpkvm_host_cpuset_mount(h, &j->v2);
     j->dfd = hpkvm_state_dir_open(h, state_dir, NULL, errp);
     if (j->dfd < 0 || !journal_load(j, errp)) {
-        error_prepend(errp, "hpkvm: ");
         return NULL;
     }
     return g_steal_pointer(&j);
@@ -474,7 +474,7 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
     /* What replay would refuse is not changed either. */
     why = journal_refusal(j, kind, key, old);
     if (why) {
-        error_setg(errp, "hpkvm: refusing to change %s: %s", key, why);
+        error_setg(errp, "refusing to change %s: %s", key, why);
         return false;
     }
     if (!journal_file(j, errp)) {
@@ -492,7 +492,7 @@ bool hpkvm_journal_record(HpkvmJournal *j, HpkvmUndo kind, const char *key,
         if (end >= 0 && ftruncate(j->fd, end) == 0) {
             qemu_fdatasync(j->fd);
         }
-        error_setg_errno(errp, err, "hpkvm: cannot write the journal "
+        error_setg_errno(errp, err, "cannot write the journal "
                          "%s/" JOURNAL_FILE ": nothing changed", j->dir);
         return false;
     }

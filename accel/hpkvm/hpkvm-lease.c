@@ -99,7 +99,7 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
         int ret;
 
         if (fd < 0) {
-            error_prepend(errp, "hpkvm: cannot take the lease of host core "
+            error_prepend(errp, "cannot take the lease of host core "
                           "%u: ", cpu);
             goto fail;
         }
@@ -109,18 +109,18 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
 
             close(fd);
             if (ret == -EAGAIN || ret == -EACCES) {
-                error_setg(errp, "hpkvm: host core %u is leased by another "
+                error_setg(errp, "host core %u is leased by another "
                            "VM (pid %d): choose other cores in host-cpus=, "
                            "or stop that VM", cpu, owner);
             } else {
-                error_setg_errno(errp, -ret, "hpkvm: cannot lock the lease "
+                error_setg_errno(errp, -ret, "cannot lock the lease "
                                  "of host core %u, %s/%s", cpu, dir, name);
             }
             goto fail;
         }
         ret = lease_write_owner(l, fd);
         if (ret < 0) {
-            error_setg_errno(errp, -ret, "hpkvm: cannot write the lease "
+            error_setg_errno(errp, -ret, "cannot write the lease "
                              "of host core %u, %s/%s", cpu, dir, name);
             close(fd);
             goto fail;
@@ -155,7 +155,7 @@ bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
     own = hpkvm_state_file_open(dfd, dir, name, O_RDWR, errp);
     close(dfd);
     if (own < 0) {
-        error_prepend(errp, "hpkvm: the lease of host core %u cannot be "
+        error_prepend(errp, "the lease of host core %u cannot be "
                       "handed over: ", cpu);
         return false;
     }
@@ -168,7 +168,7 @@ bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
     ret = fstat(fd, &given) < 0 || fstat(own, &file) < 0 ? -errno : 0;
     close(own);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: cannot check the lease of host "
+        error_setg_errno(errp, -ret, "cannot check the lease of host "
                          "core %u handed over", cpu);
         return false;
     }
@@ -178,13 +178,13 @@ bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
     }
     if (given.st_dev != file.st_dev || given.st_ino != file.st_ino ||
         !locked || ret < 0) {
-        error_setg(errp, "hpkvm: the file handed over for host core %u is "
+        error_setg(errp, "the file handed over for host core %u is "
                    "not its lease, %s/%s, holding its lock", cpu, dir, name);
         return false;
     }
     ret = lease_write_owner(l, fd);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: cannot write the lease of "
+        error_setg_errno(errp, -ret, "cannot write the lease of "
                          "host core %u", cpu);
         return false;
     }
@@ -203,7 +203,7 @@ bool hpkvm_leases_set_shared(HpkvmLeases *l, bool shared, Error **errp)
     HPKVM_CPUSET_FOREACH(cpu, &l->held) {
         ret = lease_write_owner(l, l->fd[cpu]);
         if (ret < 0) {
-            error_setg_errno(errp, -ret, "hpkvm: cannot write the lease of "
+            error_setg_errno(errp, -ret, "cannot write the lease of "
                              "host core %u", cpu);
             return false;
         }
@@ -289,7 +289,7 @@ int hpkvm_leases_lock_host(const HpkvmHost *h, const char *state_dir,
     }
     ret = lease_ofd_lock(fd, F_OFD_SETLKW, F_WRLCK);
     if (ret < 0) {
-        error_setg_errno(errp, -ret, "hpkvm: cannot lock %s/host.lock", dir);
+        error_setg_errno(errp, -ret, "cannot lock %s/host.lock", dir);
         close(fd);
         return -1;
     }

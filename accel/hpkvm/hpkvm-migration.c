@@ -97,8 +97,9 @@ static int hpkvm_post_load(void *opaque, int version_id)
 
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
         if (in->requested[f] > ON_OFF_AUTO_OFF) {
-            error_report("hpkvm: incoming migration: invalid stream "
-                         "(feature %d requested as %u)", f, in->requested[f]);
+            error_report("incoming migration: invalid hpkvm state in the "
+                         "stream (feature %d requested as %u)", f,
+                         in->requested[f]);
             return -EINVAL;
         }
         if ((in->granted & (1ULL << f)) && !s->feat[f].granted) {
@@ -134,16 +135,18 @@ static int hpkvm_post_load(void *opaque, int version_id)
         }
     }
     if (refused->len) {
-        error_report("hpkvm: incoming migration refused: this host cannot "
-                     "keep what the source promised its guest: %s; migrate "
-                     "to a host that can, or set the feature to auto on "
-                     "the source to allow a degraded destination",
+        error_report("incoming migration refused: this host cannot keep "
+                     "the hpkvm features the source promised its guest: %s",
                      refused->str);
+        error_printf("Migrate to a host that can, or set the feature to "
+                     "auto on the source to allow a degraded "
+                     "destination.\n");
         return -EPERM;
     }
     for (l = s->incoming_lost; l; l = l->next) {
-        warn_report("hpkvm: incoming migration degraded: %s (%s on the "
-                    "source): %s", HpkvmFeature_str(l->value->feature),
+        warn_report("incoming migration degraded: the guest loses hpkvm's "
+                    "%s (%s on the source): %s",
+                    HpkvmFeature_str(l->value->feature),
                     OnOffAuto_str(l->value->source_requested),
                     l->value->reason);
     }

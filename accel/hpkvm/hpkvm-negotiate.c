@@ -252,6 +252,7 @@ static void negotiate_fall_back_all(HPKVMState *s, uint64_t want,
 
 bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
 {
+    ERRP_GUARD();
     KVMState *k = KVM_STATE(s);
     struct hpkvm_caps caps;
     struct hpkvm_enable req = { 0 };
@@ -292,7 +293,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         }
         unmet = negotiate_unmet_requirement(s, f, g, &owned);
         if (unmet && s->feat[f].requested == ON_OFF_AUTO_ON) {
-            error_setg(errp, "hpkvm: %s=on %s", HpkvmFeature_str(f), unmet);
+            error_setg(errp, "%s=on %s", HpkvmFeature_str(f), unmet);
             return false;
         }
         if (unmet) {
@@ -312,9 +313,10 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         negotiate_fall_back_all(s, want, nokernel);
         if (need) {
             f = ctz64(need);
-            error_setg(errp, "hpkvm: %s=on, but %s: run a kernel with "
-                       "hpkvm, or use %s=auto to fall back",
-                       HpkvmFeature_str(f), nokernel, HpkvmFeature_str(f));
+            error_setg(errp, "%s=on, but %s", HpkvmFeature_str(f),
+                       nokernel);
+            error_append_hint(errp, "Run a kernel with hpkvm, or use %s=auto "
+                              "to fall back.\n", HpkvmFeature_str(f));
             return false;
         }
         goto upstream;
@@ -333,7 +335,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         negotiate_rollback(s, why);
         negotiate_fall_back_all(s, want, why);
         if (need) {
-            error_setg(errp, "hpkvm: %s=on, but %s",
+            error_setg(errp, "%s=on, but %s",
                        HpkvmFeature_str(ctz64(need)), why);
             return false;
         }
@@ -356,10 +358,11 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     }
     if (need & ~(ret == 0 ? req.granted : 0)) {
         f = ctz64(need & ~(ret == 0 ? req.granted : 0));
-        error_setg(errp, "hpkvm: %s=on, but the kernel refused it: %s; use "
-                   "%s=auto to fall back", HpkvmFeature_str(f),
-                   negotiate_kernel_refusal(req.reason[f] ?: -EPERM),
-                   HpkvmFeature_str(f));
+        error_setg(errp, "%s=on, but the kernel refused it: %s",
+                   HpkvmFeature_str(f),
+                   negotiate_kernel_refusal(req.reason[f] ?: -EPERM));
+        error_append_hint(errp, "Use %s=auto to fall back.\n",
+                          HpkvmFeature_str(f));
         if (ret == 0 && req.granted) {
             /* A kernel that ignored "required": undo its grants. */
             negotiate_rollback(s, "a required feature was refused");

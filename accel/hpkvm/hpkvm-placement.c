@@ -5,7 +5,7 @@
  * At machine initialisation, before KVM creates anything: every check of
  * host-cpus= and housekeeping-cpus= (each refusal names the core and the
  * fix), then the leases (all or nothing) and the host's isolation, which
- * qemu-hpkvm-helper makes (hpkvm-helper.c; QEMU, as any user, holds the
+ * qemu-hpkvm-helper makes (tools/hpkvm; QEMU, as any user, holds the
  * open leases it is given), then QEMU's threads to the housekeeping
  * cores.  Each
  * vCPU thread is bound to its core from its own thread before it first
@@ -60,20 +60,23 @@ static bool placement_check_cores(HPKVMState *s, const char *opt,
                         const HpkvmCpuSet *cores, const HpkvmCpuSet *present,
                         const HpkvmCpuSet *online, Error **errp)
 {
+    ERRP_GUARD();
     unsigned cpu;
 
     HPKVM_CPUSET_FOREACH(cpu, cores) {
         if (!hpkvm_cpuset_has(present, cpu)) {
             g_autofree char *list = hpkvm_cpuset_format(present);
 
-            error_setg(errp, "hpkvm: %s: host core %u does not exist (this "
-                       "host has %s)", opt, cpu, list);
+            error_setg(errp, "%s= lists host core %u, which does not exist "
+                       "(this host has %s)", opt, cpu, list);
             return false;
         }
         if (!hpkvm_cpuset_has(online, cpu)) {
-            error_setg(errp, "hpkvm: %s: host core %u is offline: bring it "
-                       "online (echo 1 > %s/cpu%u/online) or choose "
-                       "another", opt, cpu, CPU_SYSFS, cpu);
+            error_setg(errp, "%s= lists host core %u, which is offline",
+                       opt, cpu);
+            error_append_hint(errp, "Bring it online (echo 1 > %s/cpu%u/"
+                              "online), or choose another.\n", CPU_SYSFS,
+                              cpu);
             return false;
         }
     }
@@ -160,7 +163,7 @@ static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
     s->vcpu_deferred[cpu->cpu_index] = w.deferred || w.ret < 0;
     if (w.ret < 0) {
         /* Neither a vCPU off its core nor one the kernel has not bound. */
-        error_setg(errp, "hpkvm: cannot bind vCPU %d to host core %u: %s",
+        error_setg(errp, "cannot bind vCPU %d to host core %u: %s",
                    cpu->cpu_index, s->vcpu_core[cpu->cpu_index],
                    strerror(-w.ret));
         return false;
@@ -186,6 +189,7 @@ typedef enum PinMoment {
 static bool placement_pin_other_threads(HPKVMState *s, PinMoment when,
                                         Error **errp)
 {
+    ERRP_GUARD();
     g_autoptr(GDir) dir = g_dir_open("/proc/self/task", 0, NULL);
     const char *name;
 
@@ -203,7 +207,7 @@ static bool placement_pin_other_threads(HPKVMState *s, PinMoment when,
             continue;
         }
         if (when == AT_START) {
-            warn_report("hpkvm: cannot move QEMU thread %s to the "
+            warn_report("cannot move QEMU thread %s to hpkvm's "
                         "housekeeping cores: %s", name, strerror(-ret));
             continue;
         }
@@ -213,11 +217,12 @@ static bool placement_pin_other_threads(HPKVMState *s, PinMoment when,
         }
         list = hpkvm_cpuset_format(&cpus);
         leased = hpkvm_cpuset_format(&s->leases->held);
-        error_setg(errp, "hpkvm: QEMU thread %d is confined to host cores %s "
+        error_setg(errp, "QEMU thread %d is confined to host cores %s "
                    "(by libvirt's <emulatorpin>?), which include cores "
-                   "leased for vCPUs (%s) and none of housekeeping-cpus=: "
-                   "pin QEMU's other threads within housekeeping-cpus=",
+                   "leased for vCPUs (%s) and none of housekeeping-cpus=",
                    tid, list, leased);
+        error_append_hint(errp, "Pin QEMU's other threads within "
+                          "housekeeping-cpus=.\n");
         return false;
     }
     return true;
@@ -289,6 +294,7 @@ static void placement_stop_vm(Error *err)
  */
 static bool placement_check_pinning(HPKVMState *s, Error **errp)
 {
+    ERRP_GUARD();
     HpkvmCpuSet cpus, one;
     CPUState *cpu;
 
@@ -312,10 +318,11 @@ static bool placement_check_pinning(HPKVMState *s, Error **errp)
             continue;
         }
         list = hpkvm_cpuset_format(&cpus);
-        error_setg(errp, "hpkvm: vCPU %d was pinned to host cores %s since "
-                   "it started (by libvirt's <vcpupin>?), but host-cpus= "
-                   "gives it core %u: make the two agree", cpu->cpu_index,
-                   list, core);
+        error_setg(errp, "vCPU %d was pinned to host cores %s since it "
+                   "started (by libvirt's <vcpupin>?), but host-cpus= gives "
+                   "it core %u", cpu->cpu_index, list, core);
+        error_append_hint(errp, "Make the vCPU's pinning and host-cpus= "
+                          "agree.\n");
         return false;
     }
     return placement_pin_other_threads(s, AT_FIRST_RUN, errp);
@@ -384,13 +391,13 @@ void hpkvm_placement_release(HPKVMState *s, const char *why)
     if (!hpkvm_helper_reconcile(s->helper_socket, failures, &err)) {
         /* The helper sees QEMU exit (its pidfd) and reconciles then. */
         warn_report_err(err);
-        warn_report("hpkvm: host cores %s released (%s), but the host's "
+        warn_report("hpkvm released host cores %s (%s), but the host's "
                     "isolation of them stays until qemu-hpkvm-helper sees "
                     "QEMU exit", cores, why);
         return;
     }
     for (i = 0; i < failures->len; i++) {
-        warn_report("hpkvm: could not restore %s",
+        warn_report("qemu-hpkvm-helper could not restore %s",
                     (char *)g_ptr_array_index(failures, i));
     }
 }
@@ -417,11 +424,12 @@ static bool placement_check(HPKVMState *s, const char *list,
                             unsigned max_cpus, HpkvmCpuSet *cores,
                             Error **errp)
 {
+    ERRP_GUARD();
     HpkvmCpuSet present, online, both;
     unsigned cpu, i = 0;
     g_autofree char *hk = NULL;
 
-    if (!hpkvm_cpuset_parse(list, cores, "hpkvm: host-cpus", errp) ||
+    if (!hpkvm_cpuset_parse(list, cores, "host-cpus", errp) ||
         !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/present", &present,
                               errp) ||
         !hpkvm_host_read_cpus(&s->host, CPU_SYSFS "/online", &online,
@@ -432,16 +440,16 @@ static bool placement_check(HPKVMState *s, const char *list,
     }
     s->nr_cores = hpkvm_cpuset_count(cores);
     if (s->nr_cores < max_cpus) {
-        error_setg(errp, "hpkvm: host-cpus=%s lists %u host core%s for %u "
-                   "vCPUs (-smp maxcpus counts hot-pluggable ones): list "
-                   "%u more, or lower -smp", list, s->nr_cores,
-                   s->nr_cores == 1 ? "" : "s", max_cpus,
-                   max_cpus - s->nr_cores);
+        error_setg(errp, "host-cpus=%s lists %u host core%s for %u "
+                   "vCPUs (-smp maxcpus counts hot-pluggable ones)", list,
+                   s->nr_cores, s->nr_cores == 1 ? "" : "s", max_cpus);
+        error_append_hint(errp, "List %u more, or lower -smp.\n",
+                          max_cpus - s->nr_cores);
         return false;
     }
     if (s->housekeeping_opt) {
         if (!hpkvm_cpuset_parse(s->housekeeping_opt, &s->housekeeping,
-                                "hpkvm: housekeeping-cpus", errp) ||
+                                "housekeeping-cpus", errp) ||
             !placement_check_cores(s, "housekeeping-cpus", &s->housekeeping,
                                    &present, &online, errp)) {
             return false;
@@ -449,19 +457,20 @@ static bool placement_check(HPKVMState *s, const char *list,
         bitmap_and(both.bits, cores->bits, s->housekeeping.bits,
                    HPKVM_MAX_HOST_CPUS);
         if (!hpkvm_cpuset_empty(&both)) {
-            error_setg(errp, "hpkvm: host core %u is in both host-cpus= and "
-                       "housekeeping-cpus=: a vCPU's core runs nothing "
-                       "else; remove it from one of them",
-                       hpkvm_cpuset_next(&both, 0));
+            error_setg(errp, "host core %u is in both host-cpus= and "
+                       "housekeeping-cpus=", hpkvm_cpuset_next(&both, 0));
+            error_append_hint(errp, "A vCPU's core runs nothing else: "
+                              "remove it from one of them.\n");
             return false;
         }
     } else {
         hpkvm_cpuset_andnot(&s->housekeeping, &online, cores);
     }
     if (hpkvm_cpuset_empty(&s->housekeeping)) {
-        error_setg(errp, "hpkvm: host-cpus=%s leaves no online core for "
-                   "QEMU's other threads and the host: keep at least one "
-                   "out of host-cpus=", list);
+        error_setg(errp, "host-cpus=%s leaves no online core for QEMU's "
+                   "other threads and the host", list);
+        error_append_hint(errp, "Keep at least one online core out of "
+                          "host-cpus=.\n");
         return false;
     }
     /* With host-cpus=pinned, vcpu_core[] is each vCPU's pinning already. */
@@ -510,7 +519,7 @@ static bool placement_lease(HPKVMState *s, const HpkvmCpuSet *cores,
         cpr_save_fd(CPR_LEASE, cpu, s->leases->fd[cpu]);
     }
     if (!s->isolation->active && s->dynamic_isolation == ON_OFF_AUTO_AUTO) {
-        warn_report("hpkvm: dynamic isolation is off: %s",
+        warn_report("hpkvm's dynamic isolation is off: %s",
                     s->isolation->reason);
     }
     return true;
@@ -523,6 +532,7 @@ static bool placement_lease(HPKVMState *s, const HpkvmCpuSet *cores,
  */
 static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
 {
+    ERRP_GUARD();
     HpkvmCpuSet cores, cpus;
     g_autofree char *list = NULL;
     CPUState *cpu, *other;
@@ -534,13 +544,13 @@ static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
         g_autofree char *allowed = NULL;
 
         if (!hpkvm_get_affinity(s->vcpu_tid[i], &cpus)) {
-            error_setg(errp, "hpkvm: host-cpus=pinned: cannot read where "
+            error_setg(errp, "host-cpus=pinned: cannot read where "
                        "vCPU %d's thread %d may run", i, s->vcpu_tid[i]);
             return false;
         }
         if (hpkvm_cpuset_count(&cpus) != 1) {
             allowed = hpkvm_cpuset_format(&cpus);
-            error_setg(errp, "hpkvm: host-cpus=pinned, but vCPU %d may run "
+            error_setg(errp, "host-cpus=pinned, but vCPU %d may run "
                        "on host cores %s: it has no core of its own", i,
                        allowed);
             error_append_hint(errp, "Pin each vCPU to one core (libvirt's "
@@ -556,7 +566,7 @@ static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
                     break;
                 }
             }
-            error_setg(errp, "hpkvm: host-cpus=pinned, but vCPUs %d and %d "
+            error_setg(errp, "host-cpus=pinned, but vCPUs %d and %d "
                        "are both pinned to host core %u: each needs a core "
                        "of its own", other->cpu_index, i, core);
             return false;
@@ -585,10 +595,11 @@ static bool placement_lease_as_pinned(HPKVMState *s, Error **errp)
 static bool placement_init_as_pinned(HPKVMState *s, unsigned cpus,
                                      unsigned max_cpus, Error **errp)
 {
+    ERRP_GUARD();
     HpkvmCpuSet none;
 
     if (max_cpus > cpus) {
-        error_setg(errp, "hpkvm: host-cpus=pinned takes the cores the vCPUs "
+        error_setg(errp, "host-cpus=pinned takes the cores the vCPUs "
                    "are pinned to when the guest first runs, and "
                    "hot-pluggable vCPUs (-smp cpus=%u,maxcpus=%u) have "
                    "none", cpus, max_cpus);
@@ -597,7 +608,7 @@ static bool placement_init_as_pinned(HPKVMState *s, unsigned cpus,
         return false;
     }
     if (cpr_is_incoming()) {
-        error_setg(errp, "hpkvm: host-cpus=pinned cannot take over the "
+        error_setg(errp, "host-cpus=pinned cannot take over the "
                    "leases of a CPR hand-over");
         error_append_hint(errp, "Give the new QEMU the cores its vCPUs "
                           "have in host-cpus= (query-hpkvm of the old "
@@ -618,6 +629,7 @@ static bool placement_init_as_pinned(HPKVMState *s, unsigned cpus,
 bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
                           Error **errp)
 {
+    ERRP_GUARD();
     HpkvmCpuSet cores;
 
     hpkvm_host_init(&s->host, s->host_root);
@@ -628,13 +640,15 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
     }
     if (!s->host_cpus_opt) {
         if (s->housekeeping_opt) {
-            error_setg(errp, "hpkvm: housekeeping-cpus= needs host-cpus=: "
-                       "list the vCPUs' cores too");
+            error_setg(errp, "housekeeping-cpus= needs host-cpus=");
+            error_append_hint(errp, "List the vCPUs' cores in host-cpus= "
+                              "too.\n");
             return false;
         }
         if (s->dynamic_isolation == ON_OFF_AUTO_ON) {
-            error_setg(errp, "hpkvm: dynamic-isolation=on needs host-cpus=: "
-                       "list the host cores to isolate for the vCPUs");
+            error_setg(errp, "dynamic-isolation=on needs host-cpus=");
+            error_append_hint(errp, "List the host cores to isolate for the "
+                              "vCPUs in host-cpus=.\n");
             return false;
         }
         hpkvm_cpuset_clear(&cores);
@@ -705,6 +719,7 @@ void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu)
 
 bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
 {
+    ERRP_GUARD();
     int index = cpu->cpu_index;
     HpkvmCpuSet online;
     unsigned core;
@@ -714,7 +729,7 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
         return true;
     }
     if (index < 0 || (unsigned)index >= s->max_vcpus) {
-        error_setg(errp, "hpkvm: vCPU %d has no host core: host-cpus=%s "
+        error_setg(errp, "vCPU %d has no host core: host-cpus=%s "
                    "covers vCPUs 0-%u", index, s->host_cpus_opt,
                    s->max_vcpus - 1);
         error_append_hint(errp, "Raise -smp maxcpus and list as many cores "
@@ -723,7 +738,7 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
     }
     core = s->vcpu_core[index];
     if (!hpkvm_cpuset_has(&s->leases->held, core)) {
-        error_setg(errp, "hpkvm: vCPU %d cannot be plugged: its host core "
+        error_setg(errp, "vCPU %d cannot be plugged: its host core "
                    "%u is no longer leased to this VM", index, core);
         error_append_hint(errp, "The cores went with the guest when it "
                           "migrated: plug the CPU on the destination.\n");
@@ -734,7 +749,7 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp)
         return false;
     }
     if (!hpkvm_cpuset_has(&online, core)) {
-        error_setg(errp, "hpkvm: vCPU %d cannot be plugged: its host core "
+        error_setg(errp, "vCPU %d cannot be plugged: its host core "
                    "%u (host-cpus=%s) is offline", index, core,
                    s->host_cpus_opt);
         error_append_hint(errp, "Bring the core online (echo 1 > "

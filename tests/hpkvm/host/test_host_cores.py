@@ -38,10 +38,14 @@ def refusals_name_the_core_and_the_fix():
         base = f"hpkvm,x-host-root={root}"
         cases = [
             ("host-cpus=x", 1, "host-cpus: 'x' is not a CPU list"),
-            ("host-cpus=9", 1, "host core 9 does not exist (this host has "
-                               "0-3)"),
-            ("host-cpus=3", 1, "host core 3 is offline: bring it online"),
-            ("host-cpus=1", 2, "host-cpus=1 lists 1 host core for 2 vCPUs"),
+            ("host-cpus=9", 1, "host-cpus= lists host core 9, which does "
+                               "not exist (this host has 0-3)"),
+            ("host-cpus=3", 1, "host-cpus= lists host core 3, which is "
+                               "offline\nBring it online (echo 1 > "
+                               "/sys/devices/system/cpu/cpu3/online)"),
+            ("host-cpus=1", 2, "host-cpus=1 lists 1 host core for 2 vCPUs "
+                               "(-smp maxcpus counts hot-pluggable ones)\n"
+                               "List 1 more, or lower -smp.\n"),
             ("host-cpus=pinned", "1,maxcpus=2", "host-cpus=pinned takes "
              "the cores the vCPUs are pinned to when the guest first runs, "
              "and hot-pluggable vCPUs (-smp cpus=1,maxcpus=2) have none"),
@@ -52,7 +56,7 @@ def refusals_name_the_core_and_the_fix():
             ("host-cpus=1,housekeeping-cpus=0-1", 1,
              "host core 1 is in both host-cpus= and housekeeping-cpus="),
             ("host-cpus=1,housekeeping-cpus=2", 1,
-             "housekeeping-cpus: host core 2 is offline"),
+             "housekeeping-cpus= lists host core 2, which is offline"),
             ("housekeeping-cpus=0", 1, "housekeeping-cpus= needs "
                                        "host-cpus="),
             ("dynamic-isolation=on", 1, "dynamic-isolation=on needs "

@@ -177,7 +177,8 @@ def an_auto_promise_degrades_with_a_report():
                        x["source-requested"] == "auto" and x["reason"]
                        for x in lost), lost
             assert_passed_on(dst, src)
-            assert "incoming migration degraded: irq-passthrough" in \
+            assert "incoming migration degraded: the guest loses hpkvm's " \
+                "irq-passthrough" in \
                 dst.stderr, dst.stderr
         finally:
             src.quit()

@@ -198,7 +198,7 @@ def stopped(name, vcpupin, emulatorpin, want):
 @tests.case
 def a_vcpupin_that_contradicts_host_cpus_stops_the_vm():
     stopped("hpkvm-vcpupin", "0", "0",
-            "hpkvm: vCPU 0 was pinned to host cores 0 since it started (by "
+            "vCPU 0 was pinned to host cores 0 since it started (by "
             "libvirt's <vcpupin>?), but host-cpus= gives it core 1")
 
 

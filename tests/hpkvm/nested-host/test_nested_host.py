@@ -1001,8 +1001,8 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
 
     assert one("pinned") == '"status": "internal-error"', res.output
     assert "vCPU 0 was pinned to host cores 1 since it started (by " \
-        "libvirt's <vcpupin>?), but host-cpus= gives it core 2: make the " \
-        "two agree" in err, err
+        "libvirt's <vcpupin>?), but host-cpus= gives it core 2" in err, err
+    assert "Make the vCPU's pinning and host-cpus= agree." in err, err
     assert "Resetting the Virtual Machine is required" in \
         one("pinned-cont"), "cont ran a VM placed against host-cpus=: " + \
         res.output
@@ -1012,7 +1012,7 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
     assert one("pinned-serial") == "", res.output
     assert one("fixed") == '"status": "running"', res.output
     assert "hpkvm-guest: PASS" in one("serial"), res.output
-    assert "hpkvm: vCPU 1 cannot be plugged: its host core 3 " \
+    assert "vCPU 1 cannot be plugged: its host core 3 " \
         "(host-cpus=2-3) is offline" in one("offline-add"), res.output
     assert "Bring the core online (echo 1 > /sys/devices/system/cpu/cpu3/" \
         "online), then plug the CPU again." in one("offline-hmp"), \
@@ -1020,28 +1020,28 @@ sed 's/^/qemu-err: /' /tmp/qemu.err
     assert one("offline") == '"status": "running"', res.output
     assert one("bind-add") == '{"return": {}}', res.output
     assert one("bind") == '"status": "internal-error"', res.output
-    assert "hpkvm: cannot bind vCPU 1 to host core 3: Invalid argument" \
+    assert "cannot bind vCPU 1 to host core 3: Invalid argument" \
         in err, err
     assert one("quit") == "0", res.output
-    assert "hpkvm: vCPU 1 cannot be plugged: its host core 3 is no longer " \
+    assert "vCPU 1 cannot be plugged: its host core 3 is no longer " \
         "leased to this VM" in one("migrated-add"), res.output
     assert one("migrated") == '"status": "postmigrate"', res.output
     assert one("migrated-quit") == "0", res.output
 
     # host-cpus=pinned: the cores a manager pinned the vCPUs to, as pinned
     # (vCPU 0 on core 3, vCPU 1 on core 2), once each has its own.
-    assert "hpkvm: host-cpus=pinned takes the cores the vCPUs are pinned " \
+    assert "host-cpus=pinned takes the cores the vCPUs are pinned " \
         "to when the guest first runs, and hot-pluggable vCPUs (-smp " \
         "cpus=1,maxcpus=2) have none" in one("pinned-maxcpus"), res.output
     paused = json.loads(one("as-pinned-paused"))["return"]
     assert "host-cpus" not in paused and "placement" not in paused, paused
     assert not paused["isolation"]["active"], paused
     assert one("unpinned") == '"status": "internal-error"', res.output
-    assert "hpkvm: host-cpus=pinned, but vCPU 1 may run on host cores " \
+    assert "host-cpus=pinned, but vCPU 1 may run on host cores " \
         "0-3: it has no core of its own" in err, err
     assert "Pin each vCPU to one core (libvirt's <vcpupin>" in err, err
     assert one("shared") == '"status": "internal-error"', res.output
-    assert "hpkvm: host-cpus=pinned, but vCPUs 0 and 1 are both pinned " \
+    assert "host-cpus=pinned, but vCPUs 0 and 1 are both pinned " \
         "to host core 3: each needs a core of its own" in err, err
     assert one("as-pinned") == '"status": "running"', res.output
     assert "hpkvm-guest: PASS cpus=2/2" in \
@@ -1099,7 +1099,7 @@ snap restarted
     assert lines_with(res.output, "quit: ") == ["0"], res.output
     err = "\n".join(lines_with(res.output, "qemu-err: "))
     assert "host-cpus= needs qemu-hpkvm-helper" in err, err
-    assert "hpkvm: host cores 2-3 released (QEMU exits), but the host's " \
+    assert "hpkvm released host cores 2-3 (QEMU exits), but the host's " \
         "isolation of them stays until qemu-hpkvm-helper sees QEMU exit" \
         in err, err
     before = snapshot(res.output, "before")
