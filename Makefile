@@ -5,8 +5,8 @@
 #   make run    build and boot the built-in guest under -accel hpkvm
 #   make check  build and run hpkvm's unit tests and qtests
 #   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
-#   make install  install QEMU, its firmware, hpkvm's tools and the
-#               helper's systemd units (./configure --prefix=, DESTDIR=)
+#   make install  install QEMU, its firmware and tools, hpkvm's tools and
+#               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
 #               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
 #   make kvm    our reference KVM (kvm/) for the nested test host's kernel
@@ -29,12 +29,20 @@ RUN_TIMEOUT ?= 120
 RUN_TARGETS := qemu-system-x86_64 \
 	pc-bios/multiboot_dma.bin \
 	tests/hpkvm/guest/hpkvm-guest.elf \
-	accel/hpkvm/qemu-hpkvm-recover \
-	accel/hpkvm/qemu-hpkvm-helper \
-	accel/hpkvm/qemu-hpkvm-check
+	tools/hpkvm/qemu-hpkvm-recover \
+	tools/hpkvm/qemu-hpkvm-helper \
+	tools/hpkvm/qemu-hpkvm-check
 # What "make install" installs beyond what "make" builds: the trace
-# events file, QEMU's manual and the man pages (QEMU's and our tools').
+# events file, QEMU's manual and the man pages (QEMU's and our tools'),
+# and QEMU's own tools (qemu-img, qemu-nbd, ...: configured with ours,
+# tools/hpkvm), which BUILD_INSTALLED builds.
 INSTALL_TARGETS := trace/trace-events-all html man
+# Build every target meson install installs, as its --no-rebuild needs
+# them: read from meson's install plan when the recipe runs, after an
+# earlier ninja has regenerated the build (QEMU's tools depend on what
+# the host has; a plain "ninja" would also build all of QEMU's tests).
+BUILD_INSTALLED = targets=$$(/usr/bin/python3 \
+	scripts/hpkvm/install-targets.py $(BUILD)) && ninja -C $(BUILD) $$targets
 # What "make check" builds on top: hpkvm's tests, not every test QEMU has.
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
@@ -75,6 +83,7 @@ run: build
 
 check: $(BUILD)/build.ninja configure
 	ninja -C $(BUILD) $(CHECK_TARGETS)
+	$(BUILD_INSTALLED)
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
@@ -85,14 +94,16 @@ bench: build
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
 
-# QEMU's own install of what "make" builds and INSTALL_TARGETS (meson
-# install: relocatable, so a DESTDIR tree runs where it lies).
+# QEMU's own install of what "make" builds, INSTALL_TARGETS and QEMU's
+# tools (meson install: relocatable, so a DESTDIR tree runs where it lies).
 install: build
 	ninja -C $(BUILD) $(INSTALL_TARGETS)
+	$(BUILD_INSTALLED)
 	$(BUILD)/pyvenv/bin/meson install -C $(BUILD) --no-rebuild --quiet $(if $(DESTDIR),--destdir "$(abspath $(DESTDIR))")
 
 deb: build
 	ninja -C $(BUILD) $(INSTALL_TARGETS)
+	$(BUILD_INSTALLED)
 	@scripts/hpkvm/build-deb.sh $(BUILD) build/deb
 
 # The nested test host builds it itself when it boots; this is for

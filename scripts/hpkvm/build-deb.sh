@@ -95,8 +95,9 @@ Description: QEMU with the hpkvm accelerator (dedicated cores, few VM exits)
  qemu-system-x86_64 with -accel hpkvm, installed in $prefix beside the
  distribution's QEMU, with qemu-hpkvm-helper (the root service that
  leases host cores to QEMU running as any user, and its systemd units),
- qemu-hpkvm-check and qemu-hpkvm-recover, their man pages and QEMU's
- manual.
+ qemu-hpkvm-check and qemu-hpkvm-recover, QEMU's own tools of the same
+ build (qemu-img, qemu-nbd, qemu-pr-helper, ...), the man pages and
+ QEMU's manual.
 EOF
 
 # Only systemd's view of the units changes; under dpkg --root

@@ -26,7 +26,8 @@ die() {
 }
 
 # The directories of QEMU's tree that hold files of ours.
-overlay_dirs="accel docs hw include linux-headers net qapi system target tests"
+overlay_dirs="accel contrib docs hw include linux-headers net qapi system target
+              tests tools"
 
 link_tree() {
     local d f rel

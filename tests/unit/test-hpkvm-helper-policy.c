@@ -9,7 +9,7 @@
 
 #include "qemu/osdep.h"
 #include "qapi/error.h"
-#include "accel/hpkvm/hpkvm-helper-policy.h"
+#include "tools/hpkvm/hpkvm-helper-policy.h"
 
 static HpkvmCpuSet cores(const char *list)
 {

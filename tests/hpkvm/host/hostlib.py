@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)),
                                 "..", "..", "..", "scripts", "hpkvm"))
 import hpkvm_qmp  # noqa: E402 pylint: disable=wrong-import-position
 QEMU = os.path.join(BUILD, "qemu-system-x86_64")
-RECOVER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-recover")
-HELPER = os.path.join(BUILD, "accel/hpkvm/qemu-hpkvm-helper")
+RECOVER = os.path.join(BUILD, "tools/hpkvm/qemu-hpkvm-recover")
+HELPER = os.path.join(BUILD, "tools/hpkvm/qemu-hpkvm-helper")
 HELPER_SOCKET = "/run/qemu-hpkvm-helper.sock"
 GUEST = os.path.join(BUILD, "tests/hpkvm/guest/hpkvm-guest.elf")
 FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"

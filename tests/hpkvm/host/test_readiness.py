@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hostlib  # noqa: E402
 
-CHECK = os.path.join(hostlib.BUILD, "accel/hpkvm/qemu-hpkvm-check")
+CHECK = os.path.join(hostlib.BUILD, "tools/hpkvm/qemu-hpkvm-check")
 tests = hostlib.TapSuite()
 
 

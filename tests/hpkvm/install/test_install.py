@@ -27,6 +27,8 @@ DATADIR = os.path.join(PREFIX, "share", "qemu")
 UNITDIR = os.path.join(PREFIX, "lib", "systemd", "system")
 MANDIR = os.path.join(PREFIX, os.environ.get("HPKVM_MANDIR", "share/man"))
 RUN_GUEST = os.path.join(HERE, "../../../scripts/hpkvm/run-guest.py")
+INSTALL_TARGETS = os.path.join(HERE,
+                               "../../../scripts/hpkvm/install-targets.py")
 PROTO_H = os.path.join(HERE, "../../../accel/hpkvm/hpkvm-helper-proto.h")
 TOOLS = ("qemu-hpkvm-helper", "qemu-hpkvm-recover", "qemu-hpkvm-check")
 tests = hostlib.TapSuite()
@@ -219,8 +221,24 @@ def the_debian_package_installs_what_make_install_does_runs_and_goes():
         assert not left, sorted(left)
 
 
+def not_built():
+    """What meson install installs but the build has not built: with
+    QEMU's tools configured, qemu-img and the like, which this test's
+    dependencies cannot name (make check and make install build them)."""
+    res = subprocess.run([sys.executable, INSTALL_TARGETS, BUILD],
+                         capture_output=True, text=True, check=True)
+    return [t for t in res.stdout.split()
+            if not os.path.exists(os.path.join(BUILD, t))]
+
+
 def main():
     global ROOT
+    missing = not_built()
+    if missing:
+        print("1..1\nnot ok 1 - meson install into a DESTDIR")
+        print(f"# not built: {' '.join(missing)}; build what meson install "
+              f"installs: ninja -C {BUILD} $({INSTALL_TARGETS} {BUILD})")
+        return 1
     with tempfile.TemporaryDirectory(prefix="hpkvm-install-") as root:
         ROOT = root
         meson = os.path.join(BUILD, "pyvenv", "bin", "meson")

@@ -230,7 +230,7 @@ def _ldd(binary):
 def hpkvm_inputs(build):
     """Files of our build that go into the image: (path in image, host)."""
     qemu = os.path.join(build, "qemu-system-x86_64")
-    helper = os.path.join(build, "accel/hpkvm/qemu-hpkvm-helper")
+    helper = os.path.join(build, "tools/hpkvm/qemu-hpkvm-helper")
     files = [("hpkvm/bin/qemu-system-x86_64", qemu)]
     # The helper's libraries are QEMU's today (glib); both, in case.  A
     # binary not built yet is said missing by build_hpkvm().
@@ -269,7 +269,7 @@ def hpkvm_inputs(build):
                                "hpkvm-contract-test")))
     # Same libraries as QEMU's (glib).
     files.append(("hpkvm/bin/qemu-hpkvm-recover",
-                  os.path.join(build, "accel/hpkvm/qemu-hpkvm-recover")))
+                  os.path.join(build, "tools/hpkvm/qemu-hpkvm-recover")))
     # The one owner of host changes, started by /init (see helper.sh).
     files.append(("hpkvm/bin/qemu-hpkvm-helper", helper))
     # The accelerator's qtests, which need a real KVM (see

@@ -16,10 +16,10 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#ifndef ACCEL_HPKVM_HELPER_POLICY_H
-#define ACCEL_HPKVM_HELPER_POLICY_H
+#ifndef TOOLS_HPKVM_HELPER_POLICY_H
+#define TOOLS_HPKVM_HELPER_POLICY_H
 
-#include "hpkvm-cpuset.h"
+#include "accel/hpkvm/hpkvm-cpuset.h"
 
 #define HPKVM_HELPER_POLICY "/etc/qemu/hpkvm-helper.conf"
 

@@ -30,11 +30,11 @@
 #include <sys/ioctl.h>
 #include "linux/kvm.h"
 #include "linux/hpkvm.h"
-#include "hpkvm-host.h"
+#include "accel/hpkvm/hpkvm-host.h"
 #include "hpkvm-helper-policy.h"
-#include "hpkvm-helper-proto.h"
-#include "hpkvm-lease.h"
-#include "hpkvm-state-dir.h"
+#include "accel/hpkvm/hpkvm-helper-proto.h"
+#include "accel/hpkvm/hpkvm-lease.h"
+#include "accel/hpkvm/hpkvm-state-dir.h"
 #include "net/hpnet/hpnet-probe.h"
 
 #define CPU_ONLINE "/sys/devices/system/cpu/online"

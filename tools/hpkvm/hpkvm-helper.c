@@ -32,9 +32,9 @@
 #include "qobject/qnum.h"
 #include "qobject/qstring.h"
 #include "hpkvm-helper-policy.h"
-#include "hpkvm-helper-proto.h"
-#include "hpkvm-isolate.h"
-#include "hpkvm-state-dir.h"
+#include "accel/hpkvm/hpkvm-helper-proto.h"
+#include "accel/hpkvm/hpkvm-isolate.h"
+#include "accel/hpkvm/hpkvm-state-dir.h"
 
 #define CPU_ONLINE "/sys/devices/system/cpu/online"
 
@@ -301,13 +301,13 @@ static bool helper_housekeeping(Helper *h, const LeaseAsk *ask,
     bitmap_and(taken.bits, hk->bits, map->leased.bits, HPKVM_MAX_HOST_CPUS);
     if (!hpkvm_cpuset_empty(&taken)) {
         cpu = hpkvm_cpuset_next(&taken, 0);
-        error_setg(errp, "hpkvm: housekeeping core %u is leased by another "
+        error_setg(errp, "housekeeping core %u is leased by another "
                    "VM (pid %d): choose other housekeeping-cpus=", cpu,
                    map->owner[cpu]);
         return false;
     }
     if (hpkvm_cpuset_empty(hk)) {
-        error_setg(errp, "hpkvm: every core outside host-cpus= is leased by "
+        error_setg(errp, "every core outside host-cpus= is leased by "
                    "other VMs: none is left for QEMU's other threads; set "
                    "housekeeping-cpus=");
         return false;

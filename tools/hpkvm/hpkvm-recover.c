@@ -15,7 +15,7 @@
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
 #include "qapi/error.h"
-#include "hpkvm-isolate.h"
+#include "accel/hpkvm/hpkvm-isolate.h"
 
 static void recover_usage(const char *name)
 {
