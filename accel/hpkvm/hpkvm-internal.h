@@ -43,6 +43,7 @@ struct HPKVMState {
     int64_t halt_poll_ns;       /* -1: the kernel's default */
     uint64_t irte_direct;       /* VFIO MSI programmings sent direct */
     uint64_t irte_fallback;     /* ... and left to KVM's delivery */
+    Notifier irte_route_notifier; /* KVM's irqfd routes, for vfio-irte */
 
     /* Host cores and isolation (hpkvm-placement.c) */
     char *host_cpus_opt;        /* host-cpus= */
@@ -103,6 +104,12 @@ typedef struct HpkvmGuestFacts {
 bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *guest,
                      Error **errp);
 HpkvmInfo *hpkvm_report(HPKVMState *s);
+
+/*
+ * hpkvm-vfio-irte.c: with vfio-irte granted, follow KVM's irqfd routes of
+ * vfio-pci devices and have the kernel program their IRTEs.
+ */
+void hpkvm_vfio_irte_start(HPKVMState *s);
 
 /*
  * hpkvm-placement.c: at machine initialisation, before KVM creates

@@ -371,6 +371,9 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     }
 
 upstream:
+    if (s->feat[HPKVM_FEATURE_VFIO_IRTE].granted) {
+        hpkvm_vfio_irte_start(s);
+    }
     negotiate_tune_halt_poll(s);
     negotiate_trace_features(s);
     return true;

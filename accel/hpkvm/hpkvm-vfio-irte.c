@@ -2,12 +2,15 @@
  * hpkvm: direct VFIO IRTE programming
  *
  * With vfio-irte granted, every MSI/MSI-X vector of a vfio-pci device that
- * KVM routes (a virq with an irqfd) is decoded, mapped to its vCPU and
- * handed to the kernel (HPKVM_SET_IRTE), so that the IOMMU delivers it
- * straight to that vCPU's core with the guest's vector; again whenever the
- * guest reprograms it.  A vector that cannot go to exactly one vCPU stays
- * with KVM's delivery (posted interrupts where the IOMMU has them), and
- * the count and a trace event say so.
+ * an irqfd delivers through a KVM route is decoded as KVM delivers it
+ * (after an emulated IOMMU's remapping), mapped to its vCPU and handed to
+ * the kernel (HPKVM_SET_IRTE), so that the IOMMU delivers it straight to
+ * that vCPU's core with the guest's vector; again whenever its route
+ * changes, and cleared before its irqfd goes.  KVM's irqfd route
+ * notifiers say when: hw/vfio knows nothing of hpkvm.  A vector that
+ * cannot go to exactly one vCPU stays with KVM's delivery (posted
+ * interrupts where the IOMMU has them), and the count and a trace event
+ * say so.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -16,7 +19,8 @@
 
 #include "qemu/osdep.h"
 #include "hw/core/cpu.h"
-#include "hw/pci/msi.h"
+#include "hw/pci/pci_device.h"
+#include "system/kvm.h"
 #include "hpkvm-internal.h"
 #include "hpkvm-kernel.h"
 #include "hpkvm-msi.h"
@@ -34,31 +38,23 @@ static int irte_vcpu_of_apic_id(uint32_t apic_id, void *opaque)
     return -1;
 }
 
-static HPKVMState *irte_owner(int virq)
-{
-    HPKVMState *s;
+/*
+ * TYPE_VFIO_PCI, which hw/vfio keeps in its own headers.  Only VFIO's
+ * irqfds are a device's interrupt the host's IOMMU remaps; virtio's and
+ * ivshmem's are eventfds of QEMU's.
+ */
+#define IRTE_TYPE_VFIO_PCI "vfio-pci"
 
-    if (!hpkvm_enabled() || virq < 0) {
-        return NULL;
-    }
-    s = HPKVM_ACCEL(current_accel());
-    return s->feat[HPKVM_FEATURE_VFIO_IRTE].granted ? s : NULL;
-}
-
-void hpkvm_vfio_msi_routed(PCIDevice *dev, const MSIMessage *msg, int virq)
+static void irte_program(HPKVMState *s, const KVMIrqfdRouteEvent *ev)
 {
-    HPKVMState *s = irte_owner(virq);
-    struct hpkvm_irte irte = { .gsi = virq };
+    struct hpkvm_irte irte = { .gsi = ev->virq };
     const char *why;
     HpkvmMsi msi;
     int vcpu;
 
-    if (!s) {
-        return;
-    }
     /* QEMU offers the extended destination ID with the split irqchip. */
-    if (hpkvm_msi_decode(msg->address, msg->data, kvm_irqchip_is_split(),
-                         &msi, &why)) {
+    if (hpkvm_msi_decode(ev->msi_address, ev->msi_data,
+                         kvm_irqchip_is_split(), &msi, &why)) {
         vcpu = hpkvm_msi_target(&msi, irte_vcpu_of_apic_id, NULL, &why);
         if (vcpu >= 0) {
             irte.vcpu_id = vcpu;
@@ -74,15 +70,30 @@ void hpkvm_vfio_msi_routed(PCIDevice *dev, const MSIMessage *msg, int virq)
     irte.flags = HPKVM_IRTE_CLEAR;
     hpkvm_kernel_set_irte(KVM_STATE(s), &irte);
     s->irte_fallback++;
-    trace_hpkvm_irte_fallback(virq, msg->address, msg->data, why);
+    trace_hpkvm_irte_fallback(ev->virq, ev->msi_address, ev->msi_data, why);
 }
 
-void hpkvm_vfio_msi_unrouted(int virq)
+static void irte_route_changed(Notifier *n, void *data)
 {
-    HPKVMState *s = irte_owner(virq);
-    struct hpkvm_irte irte = { .gsi = virq, .flags = HPKVM_IRTE_CLEAR };
+    HPKVMState *s = container_of(n, HPKVMState, irte_route_notifier);
+    const KVMIrqfdRouteEvent *ev = data;
+    struct hpkvm_irte irte = { .gsi = ev->virq, .flags = HPKVM_IRTE_CLEAR };
 
-    if (s) {
+    if (!ev->dev || !object_dynamic_cast(OBJECT(ev->dev),
+                                         IRTE_TYPE_VFIO_PCI)) {
+        return;
+    }
+    if (ev->delivering) {
+        irte_program(s, ev);
+    } else {
         hpkvm_kernel_set_irte(KVM_STATE(s), &irte);
+    }
+}
+
+void hpkvm_vfio_irte_start(HPKVMState *s)
+{
+    if (!s->irte_route_notifier.notify) {
+        s->irte_route_notifier.notify = irte_route_changed;
+        kvm_irqfd_route_add_notifier(&s->irte_route_notifier);
     }
 }

@@ -57,12 +57,4 @@ static inline bool hpkvm_enabled(void)
  */
 void hpkvm_fold_accel_opts(QemuOptsList *accel_opts);
 
-/*
- * hw/vfio/pci.c: an MSI/MSI-X vector of @dev is routed through KVM as
- * @virq with an irqfd, or was reprogrammed (direct VFIO IRTE when
- * granted); and the route of @virq is going away.
- */
-void hpkvm_vfio_msi_routed(PCIDevice *dev, const MSIMessage *msg, int virq);
-void hpkvm_vfio_msi_unrouted(int virq);
-
 #endif
