@@ -15,6 +15,7 @@
 
 #include "qemu/osdep.h"
 #include "qapi/error.h"
+#include "qemu/error-report.h"
 #include "qapi/qapi-visit-hpkvm.h"
 #include "qapi/clone-visitor.h"
 #include "hpkvm-internal.h"
@@ -189,12 +190,23 @@ static const char *negotiate_kernel_refusal(int err)
     }
 }
 
-static void negotiate_rollback(HPKVMState *s, const char *why)
+static bool negotiate_rollback(HPKVMState *s, const char *why, Error **errp)
 {
-    int f;
+    int ret, f;
 
     trace_hpkvm_rollback(why);
-    hpkvm_kernel_disable(KVM_STATE(s));
+    ret = hpkvm_kernel_disable(KVM_STATE(s));
+    if (ret < 0) {
+        /*
+         * The kernel keeps grants QEMU will not use (interrupts, timer,
+         * IRTEs the guest was not set up for): the VM must not run.
+         */
+        error_setg(errp, "cannot undo the kernel's hpkvm grants after %s: "
+                   "HPKVM_DISABLE failed: %s", why, strerror(-ret));
+        error_append_hint(errp, "The kernel breaks the hpkvm contract: run "
+                          "one that keeps it, or use -accel kvm.\n");
+        return false;
+    }
     for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
         if (s->feat[f].granted) {
             negotiate_set_result(s, f, false, HPKVM_MECHANISM_NONE,
@@ -332,7 +344,9 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         g_autofree char *why = g_strdup_printf("HPKVM_ENABLE failed: %s",
                                                strerror(-ret));
 
-        negotiate_rollback(s, why);
+        if (!negotiate_rollback(s, why, errp)) {
+            return false;
+        }
         negotiate_fall_back_all(s, want, why);
         if (need) {
             error_setg(errp, "%s=on, but %s",
@@ -364,8 +378,16 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         error_append_hint(errp, "Use %s=auto to fall back.\n",
                           HpkvmFeature_str(f));
         if (ret == 0 && req.granted) {
-            /* A kernel that ignored "required": undo its grants. */
-            negotiate_rollback(s, "a required feature was refused");
+            /*
+             * A kernel that ignored "required": undo its grants.  QEMU
+             * exits, and the VM with it, whether that works or not.
+             */
+            Error *err = NULL;
+
+            if (!negotiate_rollback(s, "a required feature was refused",
+                                    &err)) {
+                warn_report_err(err);
+            }
         }
         return false;
     }

@@ -21,6 +21,8 @@
  *   bind=ERRNO       make HPKVM_BIND_VCPU fail with ERRNO (default 0)
  *   caps=ERRNO       make HPKVM_GET_CAPS fail with ERRNO (default 0)
  *   irte=ERRNO       make HPKVM_SET_IRTE fail with ERRNO (default 0)
+ *   disable=ERRNO    make HPKVM_DISABLE fail with ERRNO, its grants kept
+ *                    (a broken kernel: the contract says it must succeed)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
  * It refuses what the reference kernel (kvm/patches/0003, 0004) refuses,
@@ -104,6 +106,7 @@ static struct {
     int bind_errno;
     int caps_errno;
     int irte_errno;
+    int disable_errno;
     GMutex lock;                /* vCPU threads call in at once */
     GHashTable *vms;            /* VM fd -> FakeVm */
     GHashTable *vcpus;          /* vCPU fd -> FakeVcpu */
@@ -169,6 +172,8 @@ static void __attribute__((constructor)) fake_init(void)
             fk.caps_errno = atoi(val);
         } else if (!strcmp(tok, "irte")) {
             fk.irte_errno = atoi(val);
+        } else if (!strcmp(tok, "disable")) {
+            fk.disable_errno = atoi(val);
         }
     }
     if (!grant_set) {
@@ -499,7 +504,12 @@ static int fake_hpkvm_ioctl(int fd, unsigned long request, void *arg)
             return fake_refuse(EBUSY, "HPKVM_DISABLE after a vCPU was "
                                "created");
         }
-        fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ")", vm->granted);
+        fake_log("HPKVM_DISABLE (granted was 0x%" PRIx64 ") -> %d",
+                 vm->granted, fk.disable_errno);
+        if (fk.disable_errno) {
+            errno = fk.disable_errno;
+            return -1;
+        }
         vm->granted = 0;
         return 0;
     }

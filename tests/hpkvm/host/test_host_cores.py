@@ -336,6 +336,34 @@ def granted_exclusive_cores_bind_each_vcpu_on_its_thread():
 
 
 @tests.kvm_case
+def grants_the_kernel_cannot_undo_stop_qemu():
+    """A kernel that fails HPKVM_ENABLE part way and then HPKVM_DISABLE
+    (which the contract says must succeed) keeps grants QEMU would not
+    use: QEMU must not fall back and run the guest on them, but refuse
+    to start, saying why, and leave the host as it was."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "host")
+        hostlib.make_fake_host(root)
+        before = hostlib.snapshot_tree(root)
+        log = os.path.join(tmp, "undo.log")
+        env = dict(os.environ, LD_PRELOAD=hostlib.FAKE_KERNEL,
+                   HPKVM_FAKE_KERNEL="supported=0x3f,enable=5,disable=5",
+                   HPKVM_FAKE_KERNEL_LOG=log)
+        status, err = hostlib.run_error(fake_accel(root), tmp, env=env)
+        assert status == 1, (status, err)
+        assert "cannot undo the kernel's hpkvm grants after HPKVM_ENABLE " \
+            "failed: Input/output error: HPKVM_DISABLE failed: " \
+            "Input/output error" in err, err
+        with open(log) as f:
+            text = f.read()
+        # The kernel kept what it had granted: something to undo.
+        assert re.search(r"^HPKVM_DISABLE \(granted was 0x0*[1-9a-f]"
+                         r"[0-9a-f]*\) -> 5$", text, re.M), text
+        diff = hostlib.tree_diff(before, hostlib.snapshot_tree(root))
+        assert not diff, "not restored: " + "; ".join(diff)
+
+
+@tests.kvm_case
 def fifty_racing_starts_never_two_owners():
     n = 50
     with tempfile.TemporaryDirectory() as tmp:
