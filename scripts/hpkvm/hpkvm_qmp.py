@@ -55,6 +55,15 @@ def qmp_module(build=None):
     return qemu.qmp
 
 
+def machine_module(build=None):
+    """qemu.machine.machine (QEMUMachine and its exceptions), from the
+    same QEMU tree as qmp_module()."""
+    qmp_module(build)
+    # pylint: disable=import-outside-toplevel
+    import qemu.machine.machine
+    return qemu.machine.machine
+
+
 class Monitor:
     """qemu.qmp's QMPClient for synchronous callers, every call bounded
     (qemu.qmp.legacy's shim bounds commands but not the greeting)."""

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 
 BUILD = os.environ.get("HPKVM_BUILD", "build/qemu")
 # QEMU's own QMP client, through the scripts' one wrapper of it.
@@ -236,21 +237,45 @@ CPU = "host,-arch-capabilities"
 QMP_COMMAND_TIMEOUT = 120
 
 
-# Every QEMU a Vm started: whatever a test did, none outlives the test
-# program (migration destinations included).
+# Every QEMU a Vm started (its QEMUMachine): whatever a test did, none
+# outlives the test program (migration destinations included).
 _qemus = []
 
 
 @atexit.register
 def _kill_qemus():
-    for proc in _qemus:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    for machine in _qemus:
+        try:
+            machine.kill()      # nothing for one already gone
+        except Exception:  # pylint: disable=broad-except
+            pass    # killed, but its log went with its test's directory
+
+
+def _env_wrapper(env):
+    """env(1) starting QEMU with ENV, a whole environment as Popen's env=
+    takes (None: this process's): QEMUMachine's launch() has no
+    environment of its own to give, its wrapper= is how QEMU is run."""
+    if env is None:
+        return []
+    unset = [a for k in os.environ if k not in env for a in ("-u", k)]
+    changed = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
+    return ["env", *unset, *changed] if unset or changed else []
 
 
 class Vm:
-    """A paused QEMU with QMP; .qmp(cmd) returns the command's result."""
+    """A paused QEMU with QMP; .qmp(cmd) returns the command's result.
+
+    The process is python/qemu's QEMUMachine: its command line, launch,
+    log of QEMU's output (.stderr), wait, kill.  Its QMP is not, but QEMU's
+    own -qmp server socket (.sock) under hpkvm_qmp's client (qemu.qmp's
+    QMPClient, every call bounded).  QEMUMachine's monitor is off: its
+    launch() returns only once that monitor has greeted (on its socket
+    pair with no bound at all), while a Vm is started first and connected
+    later: a CPR destination's monitor comes up only with the state of a
+    migration started after it, and fifty VMs must race for one core, not
+    start one after the other.  Hence composition rather than a subclass,
+    which would offer QEMUMachine's qmp(), cmd() and events on no
+    monitor."""
 
     def __init__(self, accel, tmp, smp=1, extra=(), timeout=30, name="vm",
                  env=None, guest=None, machine="pc", memory=("-m", "32"),
@@ -258,39 +283,75 @@ class Vm:
         """guest: None, or the test guest's -append options; its serial
         output then goes to self.serial.  pass_fds: descriptors QEMU
         inherits (as fd=N options name them)."""
+        qemu_machine = hpkvm_qmp.machine_module(BUILD)
         root = needs_helper(accel)
         if root:
             helper_for(root)
         self.sock = os.path.join(tmp, f"{name}.qmp")
         self.serial = os.path.join(tmp, f"{name}.serial")
-        self.cmd = [QEMU, "-accel", accel, "-S", "-machine", machine,
-                    "-smp", str(smp),
-                    "-cpu", "max" if accel == "tcg" else CPU, *memory,
-                    "-nodefaults", "-display", "none", "-monitor", "none",
-                    "-qmp", f"unix:{self.sock},server=on,wait=off"]
+        # QEMUMachine puts "-display none -vga none" before these.
+        args = ["-accel", accel, "-S", "-machine", machine,
+                "-smp", str(smp),
+                "-cpu", "max" if accel == "tcg" else CPU, *memory,
+                "-nodefaults", "-monitor", "none",
+                "-qmp", f"unix:{self.sock},server=on,wait=off"]
         if guest is None:
-            self.cmd += ["-serial", "none"]
+            args += ["-serial", "none"]
         else:
-            self.cmd += ["-kernel", GUEST, "-append", guest,
-                         "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-                         "-serial", f"file:{self.serial}"]
-        self.cmd = list(wrap) + self.cmd + list(extra)
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
-                                     env=env, pass_fds=pass_fds)
-        _qemus.append(self.proc)
+            args += ["-kernel", GUEST, "-append", guest,
+                     "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+                     "-serial", f"file:{self.serial}"]
+        args += list(extra)
+        wrapper = _env_wrapper(env) + list(wrap)
+        self.cmd = [*wrapper, QEMU, *args]
+        # Its log is QEMU's stdout and stderr in one: with no monitor,
+        # display or serial on stdio QEMU writes only to stderr.  Not
+        # NAME.log, which tests give the fake kernel.
+        self._machine = qemu_machine.QEMUMachine(
+            QEMU, args=args, wrapper=wrapper, name=f"{name}.qemu",
+            log_dir=tmp)
+        self._machine.set_qmp_monitor(False)
+        self._abnormal = qemu_machine.AbnormalShutdown
         self._mon = None
         self.timeout = timeout
+        self.stderr = ""
+        self._launch(pass_fds)
+        _qemus.append(self._machine)
+
+    def _launch(self, pass_fds):
+        # QEMUMachine's Popen keeps every inheritable descriptor open
+        # (close_fds=False): those QEMU is to have are made inheritable
+        # for its start only, not to leak into the next QEMU too.
+        was = [(fd, os.get_inheritable(fd)) for fd in pass_fds]
+        try:
+            for fd, _ in was:
+                os.set_inheritable(fd, True)
+            self._machine.launch()
+        finally:
+            for fd, inheritable in was:
+                os.set_inheritable(fd, inheritable)
+
+    @property
+    def pid(self):
+        """QEMU's (or its wrapper's) process id while it runs, else None."""
+        return self._machine.get_pid()
+
+    def exitcode(self):
+        """QEMU's exit status once it is gone, else None."""
+        return self._machine.exitcode()
 
     def connect(self):
         deadline = time.monotonic() + self.timeout
+        # hpkvm_qmp.connect() gives up when proc.poll() says QEMU exited.
+        exited = types.SimpleNamespace(poll=self._machine.exitcode)
         try:
             self._mon = hpkvm_qmp.connect(BUILD, self.sock, deadline,
-                                          self.proc, QMP_COMMAND_TIMEOUT)
+                                          exited, QMP_COMMAND_TIMEOUT)
         except TimeoutError as e:
             raise RuntimeError("no QMP socket") from e
         if self._mon is None:
-            raise RuntimeError("QEMU exited: " + self.proc.stderr.read())
+            self.wait()
+            raise RuntimeError("QEMU exited: " + self.stderr)
         return self
 
     def qmp(self, cmd, **args):
@@ -315,7 +376,7 @@ class Vm:
     def wait_serial(self, text, timeout=60):
         deadline = time.monotonic() + timeout
         while text not in self.serial_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if self.exitcode() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
         return True
@@ -331,42 +392,40 @@ class Vm:
         return self.wait()
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        return self.wait()
+        self._machine.kill()
+        return self._gone()
 
     def wait(self):
+        """QEMU's exit status, waiting for it up to the timeout and then
+        killing it."""
+        self._wait(self.timeout)
+        return self._gone()
+
+    def _wait(self, timeout):
+        """Whether QEMU exited by itself within TIMEOUT (else killed)."""
         try:
-            self.proc.wait(self.timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self._machine.wait(timeout)
+        except self._abnormal:
+            return False
+        return True
+
+    def _gone(self):
         if self._mon:
             self._mon.close()
             self._mon = None
-        if not self.proc.stderr.closed:     # a second wait() keeps it
-            self.stderr = self.proc.stderr.read()
-        self._close_pipes()
-        return self.proc.returncode
-
-    def _close_pipes(self):
-        # _qemus keeps the Popen: its pipes must not outlive QEMU.
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            pipe.close()
+        log = self._machine.get_log()   # read once QEMU is gone
+        if log is not None:
+            self.stderr = log
+        return self.exitcode()
 
 
 def run_error(accel, tmp, smp=1, **kwargs):
     """QEMU that must refuse to start: (exit status, stderr)."""
     vm = Vm(accel, tmp, smp=smp, name="err", **kwargs)
-    try:
-        vm.proc.wait(30)
-    except subprocess.TimeoutExpired:
-        vm.proc.kill()
-        vm.proc.wait()
-        return None, "did not exit"
-    finally:
-        err = vm.proc.stderr.read()
-        vm._close_pipes()  # pylint: disable=protected-access
-    return vm.proc.returncode, err
+    # pylint: disable=protected-access
+    exited = vm._wait(30)
+    status = vm._gone()
+    return (status, vm.stderr) if exited else (None, "did not exit")
 
 
 def run_recover(root):

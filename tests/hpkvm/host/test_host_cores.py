@@ -96,7 +96,7 @@ def check_isolated(root, vm):
 
     # The real threads: the vCPU on core 1, everything else on core 0.
     (place,) = info["placement"]
-    threads = hostlib.thread_affinity(vm.proc.pid)
+    threads = hostlib.thread_affinity(vm.pid)
     assert threads[place["thread-id"]][1] == "1", threads
     others = {t: a for t, (c, a) in threads.items()
               if t != place["thread-id"]}
@@ -221,7 +221,7 @@ def kvm_failing_after_the_lease_undoes_everything_for_tcg():
             kvm = vm.qmp("query-kvm")
             info = vm.qmp("query-hpkvm")
             during = hostlib.snapshot_tree(root)
-            threads = hostlib.thread_affinity(vm.proc.pid)
+            threads = hostlib.thread_affinity(vm.pid)
             held = lease_held(root, 1)
             vm.qmp("cont")
             vm.qmp("migrate", uri=f"file:{stream}")
@@ -375,19 +375,21 @@ def fifty_racing_starts_never_two_owners():
             # Each either holds the core (QMP up) or exits refused.
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                pending = [v for v in vms if v.proc.poll() is None and
+                pending = [v for v in vms if v.exitcode() is None and
                            not os.path.exists(v.sock)]
                 if not pending:
                     break
                 time.sleep(0.2)
             time.sleep(0.5)
-            alive = [v for v in vms if v.proc.poll() is None]
-            refused = [v for v in vms if v.proc.poll() is not None]
+            alive = [v for v in vms if v.exitcode() is None]
+            refused = [v for v in vms if v.exitcode() is not None]
             assert len(alive) == 1, f"{len(alive)} VMs hold core 1"
             winner = alive[0]
             want = (f"host core 1 is leased by another VM (pid "
-                    f"{winner.proc.pid})")
-            errs = [v.proc.stderr.read() for v in refused]
+                    f"{winner.pid})")
+            for v in refused:
+                v.wait()        # gone already: its output is read
+            errs = [v.stderr for v in refused]
             wrong = [e for e in errs if want not in e]
             assert len(refused) == n - 1 and not wrong, wrong[:3]
             info = winner.connect().qmp("query-hpkvm")
@@ -397,9 +399,7 @@ def fifty_racing_starts_never_two_owners():
             assert again.quit() == 0, again.stderr
         finally:
             for v in vms:
-                if v.proc.poll() is None:
-                    v.proc.kill()
-                    v.proc.wait()
+                v.kill()
 
 
 def main():

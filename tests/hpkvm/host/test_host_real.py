@@ -53,7 +53,7 @@ def check_running(vm, tmp):
     assert iso["active"], iso
     (place,) = info["placement"]
     assert place["host-cpu"] == CORE
-    threads = hostlib.thread_affinity(vm.proc.pid)
+    threads = hostlib.thread_affinity(vm.pid)
     assert threads[place["thread-id"]][1] == str(CORE), threads
     bad = {t: a for t, a in threads.items()
            if t != place["thread-id"] and a[1] != str(HOUSE)}
@@ -75,7 +75,7 @@ def check_running(vm, tmp):
     assert child.split()[-1] == str(HOUSE), child
     plain = Vm("kvm", tmp, name="plain").connect()
     try:
-        plain_threads = hostlib.thread_affinity(plain.proc.pid)
+        plain_threads = hostlib.thread_affinity(plain.pid)
     finally:
         plain.quit()
     assert all(a == str(HOUSE) for _, a in plain_threads.values()), \
@@ -85,7 +85,7 @@ def check_running(vm, tmp):
     # moves it (and any late thread) to housekeeping a second later.
     vm.qmp("cont")
     time.sleep(2.5)
-    threads = hostlib.thread_affinity(vm.proc.pid)
+    threads = hostlib.thread_affinity(vm.pid)
     late = {t: a for t, a in threads.items()
             if t != place["thread-id"] and a[1] != str(HOUSE)}
     assert not late, f"threads off housekeeping after the start: {late}"
@@ -108,7 +108,7 @@ def run_case(kill):
         finally:
             # Whatever failed, leave this host as it was: the recovery
             # tool replays /run/hpkvm's journal once no lease is left.
-            if vm.proc.poll() is None:
+            if vm.exitcode() is None:
                 vm.kill()
             rec = subprocess.run([hostlib.RECOVER],
                                  capture_output=True, text=True, timeout=60)

@@ -41,7 +41,8 @@ def host(tmp, name):
 def start_guest(vm):
     vm.connect()
     vm.qmp("cont")
-    assert vm.wait_serial("soak: started"), vm.serial_text() + vm.cmd[0]
+    assert vm.wait_serial("soak: started"), \
+        vm.serial_text() + " ".join(vm.cmd)
 
 
 def return_path(*vms):
@@ -137,7 +138,7 @@ def a_destination_that_cannot_keep_an_on_promise_refuses():
             during = hostlib.snapshot_tree(a)
             assert migrate(src, uri=f"unix:{sock}") == "failed"
             dst.wait()
-            assert dst.proc.returncode != 0, dst.stderr
+            assert dst.exitcode() != 0, dst.stderr
             assert "incoming migration refused" in dst.stderr and \
                 "irq-passthrough (on on the source): granted by the " \
                 "source's kernel, not here" in dst.stderr, dst.stderr
@@ -252,7 +253,7 @@ def cpr_transfer_hands_the_cores_and_the_journal_over():
             deadline = time.monotonic() + 30
             while not os.path.exists(cpr_sock):
                 assert time.monotonic() < deadline and \
-                    new.proc.poll() is None, "new QEMU: no CPR socket"
+                    new.exitcode() is None, "new QEMU: no CPR socket"
                 time.sleep(0.05)
             old.qmp("migrate-set-parameters", mode="cpr-transfer")
             status = migrate(old, channels=[
@@ -263,7 +264,7 @@ def cpr_transfer_hands_the_cores_and_the_journal_over():
             new.connect()
             # The new QEMU owns the core; the host stays as it was.
             with open(os.path.join(a, "run/hpkvm/leases/cpu1")) as f:
-                assert f.read().strip() == str(new.proc.pid)
+                assert f.read().strip() == str(new.pid)
             info = new.qmp("query-hpkvm")
             assert info["host-cpus"] == "1" and info["isolation"]["active"]
             assert old.quit() == 0, old.stderr
