@@ -113,6 +113,41 @@ bool hpkvm_wants_own_cores(HPKVMState *s)
 }
 
 /*
+ * On a host booted with nohz_full=, the tick stops on those cores: Linux
+ * fixes them at boot, and a kernel that grants dynamic-nohz there refuses
+ * to bind the VM's vCPUs anywhere else (kvm/patches/0005), which would
+ * stop the VM.  So ask for it only if every vCPU's core is one of them.
+ * Without nohz_full= the kernel's answer says why not; with
+ * host-cpus=pinned the cores are not known yet, and the bind decides.
+ */
+static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
+{
+    g_autofree char *text = NULL, *list = NULL;
+    HpkvmCpuSet nohz;
+    unsigned i;
+
+    /* "(null)" when the kernel has no nohz_full= */
+    if (s->cores_pending ||
+        hpkvm_host_read(&s->host, "/sys/devices/system/cpu/nohz_full",
+                        &text) < 0 ||
+        !hpkvm_cpuset_parse(text, &nohz, "nohz_full", NULL) ||
+        hpkvm_cpuset_empty(&nohz)) {
+        return NULL;
+    }
+    for (i = 0; i < s->max_vcpus; i++) {
+        if (!hpkvm_cpuset_has(&nohz, s->vcpu_core[i])) {
+            list = hpkvm_cpuset_format(&nohz);
+            *owned = g_strdup_printf(
+                "needs the vCPUs' host cores within the host's "
+                "nohz_full= (%s), and host core %u is not: list only "
+                "those in host-cpus=", list, s->vcpu_core[i]);
+            return *owned;
+        }
+    }
+    return NULL;
+}
+
+/*
  * Why the guest as configured cannot have feature f, with the fix; NULL
  * if it can.  The result is static or must be freed: it is returned
  * through *owned when allocated.
@@ -161,7 +196,7 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
                ON_OFF_AUTO_OFF ? "needs irq-passthrough: set it to on or "
                                  "auto" : NULL;
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
-        return hpkvm_wants_own_cores(s) ? NULL :
+        return hpkvm_wants_own_cores(s) ? negotiate_nohz_cores(s, owned) :
                "needs exclusive-cores, on cores of its own: give "
                "host-cpus= (and exclusive-cores auto or on)";
     default:
@@ -169,12 +204,18 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
     }
 }
 
-/* The kernel's per-feature answer, in words. */
-static const char *negotiate_kernel_refusal(int err)
+/* The kernel's answer for feature f, in words. */
+static const char *negotiate_kernel_refusal(int f, int err)
 {
     switch (err) {
     case -ENODEV:
-        return "the hardware lacks what it needs";
+        /*
+         * What dynamic nohz lacks is a boot parameter: Linux fixes its
+         * nohz_full cores at boot, and the fix is there, not in hardware.
+         */
+        return f == HPKVM_FEATURE_DYNAMIC_NOHZ ?
+               "the host was booted without nohz_full=" :
+               "the hardware lacks what it needs";
     case -EOPNOTSUPP:
         return "this kernel does not implement it";
     case -EBUSY:
@@ -188,6 +229,26 @@ static const char *negotiate_kernel_refusal(int err)
     default:
         return strerror(-err);
     }
+}
+
+/*
+ * The required feature of @refused to name: the first the kernel gave a
+ * reason of its own for.  On EPERM the kernel reports -EPERM for every
+ * feature it would have granted (all or nothing), which is not why.
+ */
+static int negotiate_first_refused(const struct hpkvm_enable *req,
+                                   uint64_t refused)
+{
+    uint64_t own = 0;
+    int f;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        if ((refused & negotiate_feat_bit(f)) && req->reason[f] &&
+            req->reason[f] != -EPERM) {
+            own |= negotiate_feat_bit(f);
+        }
+    }
+    return ctz64(own ?: refused);
 }
 
 static bool negotiate_rollback(HPKVMState *s, const char *why, Error **errp)
@@ -213,6 +274,7 @@ static bool negotiate_rollback(HPKVMState *s, const char *why, Error **errp)
                                  "granted, then undone: %s", why);
         }
     }
+    return true;
 }
 
 /* Halt polling where HLT still exits on cores that are meant to be ours. */
@@ -367,14 +429,15 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
 
             negotiate_set_result(
                 s, f, false, m, "refused by the kernel (%s); %s",
-                negotiate_kernel_refusal(req.reason[f] ?: -EPERM), text);
+                negotiate_kernel_refusal(f, req.reason[f] ?: -EPERM), text);
         }
     }
     if (need & ~(ret == 0 ? req.granted : 0)) {
-        f = ctz64(need & ~(ret == 0 ? req.granted : 0));
+        f = negotiate_first_refused(&req, need & ~(ret == 0 ? req.granted
+                                                             : 0));
         error_setg(errp, "%s=on, but the kernel refused it: %s",
                    HpkvmFeature_str(f),
-                   negotiate_kernel_refusal(req.reason[f] ?: -EPERM));
+                   negotiate_kernel_refusal(f, req.reason[f] ?: -EPERM));
         error_append_hint(errp, "Use %s=auto to fall back.\n",
                           HpkvmFeature_str(f));
         if (ret == 0 && req.granted) {

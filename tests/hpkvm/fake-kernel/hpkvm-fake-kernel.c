@@ -58,8 +58,10 @@
  * exceeds this machine's cores (supported=, grant= and refuse= script
  * the machine), the pinning of the thread at HPKVM_BIND_VCPU, its
  * PF_NO_SETAFFINITY and the EPERM of a KVM_RUN whose thread left its
- * core (QEMU pins the thread itself first), and the irqchip (the
- * reference kernel does not check it either).  The scripted failures
+ * core (QEMU pins the thread itself first), the irqchip (the
+ * reference kernel does not check it either), and dynamic-nohz's rules
+ * in kvm/patches/0005 (ENODEV without nohz_full=, E2BIG for more vCPUs
+ * than nohz_full cores, EINVAL for a bind outside them).  The scripted failures
  * (enable=, caps=, bind=, irte=) come after every check.
  * tests/hpkvm/fake-kernel/test_contract.py runs the reference kernel's
  * contract test against this double.

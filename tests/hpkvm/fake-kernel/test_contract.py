@@ -5,7 +5,8 @@
 tests/hpkvm/kernel/hpkvm-contract-test checks that a patched KVM keeps
 docs/devel/hpkvm-kernel-contract.rst; here it runs on this machine's
 KVM with hpkvm-fake-kernel LD_PRELOADed, scripted to announce exactly
-what the reference kernel does (exclusive-cores), so that the double
+what the reference kernel does (exclusive-cores, and dynamic-nohz on a
+machine booted with nohz_full=), so that the double
 refuses what that kernel refuses, in the same order.  Each case runs in
 a process of its own (glib -p), reported as one TAP line: a failed
 g_assert ends its process, and glib's own TAP, with one -p per run,
@@ -19,12 +20,24 @@ import subprocess
 import sys
 import tempfile
 
-# The reference kernel's announcement, kvm/patches/0004: exclusive cores.
-SPEC = "supported=0x1"
+
+def reference_spec():
+    """The reference kernel's announcement on this machine: exclusive
+    cores (kvm/patches/0004), and dynamic nohz (0005) if it was booted
+    with nohz_full= (6.1 reads "(null)" there otherwise; a kernel without
+    CONFIG_NO_HZ_FULL has no file)."""
+    try:
+        with open("/sys/devices/system/cpu/nohz_full") as f:
+            nohz = f.read().strip()[:1].isdigit()
+    except OSError:
+        nohz = False
+    return "supported=0x21" if nohz else "supported=0x1"
+
 
 # What the double models (its header comment says what it refuses).
 CASES = [
     "/hpkvm-contract/caps",
+    "/hpkvm-contract/caps/dynamic-nohz",
     "/hpkvm-contract/enable/grants-exclusive-cores",
     "/hpkvm-contract/enable/not-requested",
     "/hpkvm-contract/enable/required-refused",
@@ -54,6 +67,13 @@ EXCLUDED = {
     "/hpkvm-contract/bind/take-from-stopped-vm":
         "needs the kernel's table of held cores across VMs (EBUSY at "
         "KVM_RUN once another VM took the core)",
+    "/hpkvm-contract/enable/dynamic-nohz":
+        "ENODEV on a host without nohz_full=, E2BIG for more vCPUs than "
+        "nohz_full cores: the double refuses with one scripted errno "
+        "(refuse=) and counts no cores",
+    "/hpkvm-contract/bind/dynamic-nohz-outside-nohz-full":
+        "needs the kernel's nohz_full mask (EINVAL for a core outside "
+        "it); the double does not model which cores are nohz_full",
     "/hpkvm-contract/bind/last-core-is-the-hosts":
         "needs the kernel's table of held cores across VMs (the last "
         "core without a holder is the host's)",
@@ -117,7 +137,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "fake-kernel.log")
         env = dict(os.environ, LD_PRELOAD=os.path.abspath(fake_kernel),
-                   HPKVM_FAKE_KERNEL=SPEC, HPKVM_FAKE_KERNEL_LOG=log)
+                   HPKVM_FAKE_KERNEL=reference_spec(), HPKVM_FAKE_KERNEL_LOG=log)
         for i, path in enumerate(CASES, 2):
             shown = run_case(binary, env, log, path)
             if shown is None:

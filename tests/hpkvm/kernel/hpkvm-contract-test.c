@@ -137,6 +137,40 @@ static unsigned int contract_last_cpu(void)
     return contract_cpus[contract_nr_cpus - 1];
 }
 
+/*
+ * The host's nohz_full= CPUs into @set; false if it was booted without:
+ * Linux 6.1 then reads "(null)" there, and a kernel without
+ * CONFIG_NO_HZ_FULL has no file at all.
+ */
+static bool contract_nohz_full(cpu_set_t *set)
+{
+    g_autofree char *text = NULL;
+    g_auto(GStrv) ranges = NULL;
+    unsigned int i;
+
+    CPU_ZERO(set);
+    if (!g_file_get_contents("/sys/devices/system/cpu/nohz_full", &text,
+                             NULL, NULL)) {
+        return false;
+    }
+    g_strstrip(text);
+    if (!g_ascii_isdigit(text[0])) {
+        return false;
+    }
+    ranges = g_strsplit(text, ",", -1);
+    for (i = 0; ranges[i]; i++) {
+        char *end;
+        guint64 lo = g_ascii_strtoull(ranges[i], &end, 10);
+        guint64 hi = *end == '-' ? g_ascii_strtoull(end + 1, NULL, 10) : lo;
+
+        g_assert_cmpuint(hi, <, CPU_SETSIZE);
+        for (; lo <= hi; lo++) {
+            CPU_SET(lo, set);
+        }
+    }
+    return CPU_COUNT(set) > 0;
+}
+
 static void contract_vm_new(ContractVm *vm)
 {
     vm->kvm_fd = contract_open_kvm();
@@ -355,10 +389,25 @@ static void test_caps(void)
     close(kvm_fd);
 }
 
+/* Dynamic nohz is offered exactly where the host was booted nohz_full=. */
+static void test_caps_dynamic_nohz(void)
+{
+    int kvm_fd = contract_open_kvm();
+    struct hpkvm_caps caps;
+    cpu_set_t nohz;
+
+    g_assert_cmpint(contract_result(ioctl(kvm_fd, HPKVM_GET_CAPS, &caps)),
+                    ==, 0);
+    g_assert_cmphex(caps.supported & HPKVM_FEAT_DYNAMIC_NOHZ, ==,
+                    contract_nohz_full(&nohz) ? HPKVM_FEAT_DYNAMIC_NOHZ : 0);
+    close(kvm_fd);
+}
+
 /*
  * Everything asked for, nothing required: the kernel grants what it can,
  * exclusive cores, and says per feature why not the rest.  kvm/patches
- * implement exclusive cores only, so the others are EOPNOTSUPP (and this
+ * implement exclusive cores and dynamic nohz (which depends on the host:
+ * see test_enable_dynamic_nohz()); the others are EOPNOTSUPP (and this
  * test changes with the patch that implements one).
  */
 static void test_enable_grants_exclusive(void)
@@ -371,7 +420,8 @@ static void test_enable_grants_exclusive(void)
 
     contract_vm_new(&vm);
     g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
-    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmphex(req.granted & ~HPKVM_FEAT_DYNAMIC_NOHZ, ==,
+                    HPKVM_FEAT_EXCLUSIVE_CORES);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
                     -EOPNOTSUPP);
@@ -382,8 +432,59 @@ static void test_enable_grants_exclusive(void)
     /* Asked for with what they build on: not EINVAL, just not there. */
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_VFIO_IRTE), ==,
                     -EOPNOTSUPP);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Dynamic nohz, with the exclusive cores it builds on: granted on a host
+ * booted with nohz_full=, for as many vCPUs as it has nohz_full cores;
+ * ENODEV on one booted without, whose ticks cannot stop on any core.
+ */
+static void test_enable_dynamic_nohz(void)
+{
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_DYNAMIC_NOHZ,
+        .nr_vcpus = 1,
+    };
+    unsigned int online = contract_online();
+    cpu_set_t nohz;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
+    if (!contract_nohz_full(&nohz)) {
+        g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+        g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
+                        -ENODEV);
+        contract_vm_free(&vm);
+        return;
+    }
+    g_assert_cmphex(req.granted, ==,
+                    HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_DYNAMIC_NOHZ);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==, 0);
+    contract_vm_free(&vm);
+
+    /* More vCPUs than nohz_full cores: some vCPU's tick would run. */
+    req.nr_vcpus = CPU_COUNT(&nohz) + 1;
+    if (req.nr_vcpus <= online - 1) {
+        contract_vm_new(&vm);
+        g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+        g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+        g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
+                        -E2BIG);
+        contract_vm_free(&vm);
+    }
+
+    /* Exclusive cores refused: dynamic nohz too, for the same reason. */
+    req.nr_vcpus = online;
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
+                    -E2BIG);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
-                    -EOPNOTSUPP);
+                    -E2BIG);
     contract_vm_free(&vm);
 }
 
@@ -624,6 +725,50 @@ static void test_bind_without_grant(void)
     contract_vcpu_new(&vm, 0, &vcpu);
     g_assert_cmpint(contract_bind_once(&vcpu, contract_last_cpu()), ==,
                     -EINVAL);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+}
+
+/*
+ * A VM granted dynamic nohz binds only to nohz_full cores: elsewhere its
+ * tick would not stop (EINVAL, and the vCPU stays unbound: it then binds
+ * to a nohz_full core).
+ */
+static void test_bind_dynamic_nohz_outside_nohz_full(void)
+{
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_DYNAMIC_NOHZ,
+        .required = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_DYNAMIC_NOHZ,
+        .nr_vcpus = 1,
+    };
+    unsigned int i, ticking = CPU_SETSIZE, tickless = CPU_SETSIZE;
+    ContractWorker *w;
+    ContractVcpu vcpu;
+    cpu_set_t nohz;
+    ContractVm vm;
+
+    if (!contract_nohz_full(&nohz)) {
+        g_test_skip("the host was booted without nohz_full=");
+        return;
+    }
+    for (i = 0; i < contract_nr_cpus; i++) {
+        if (CPU_ISSET(contract_cpus[i], &nohz)) {
+            tickless = contract_cpus[i];
+        } else {
+            ticking = contract_cpus[i];
+        }
+    }
+    /* nohz_full= always leaves a housekeeping CPU; this test needs both. */
+    g_assert_cmpuint(ticking, <, CPU_SETSIZE);
+    g_assert_cmpuint(tickless, <, CPU_SETSIZE);
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    w = contract_worker_new();
+    g_assert_cmpint(contract_bind(w, &vcpu, ticking), ==, -EINVAL);
+    g_assert_cmpint(contract_bind(w, &vcpu, tickless), ==, 0);
+    contract_worker_free(w);
     contract_vcpu_free(&vcpu);
     contract_vm_free(&vm);
 }
@@ -926,12 +1071,16 @@ int main(int argc, char **argv)
     contract_list_cpus();
 
     g_test_add_func("/hpkvm-contract/caps", test_caps);
+    g_test_add_func("/hpkvm-contract/caps/dynamic-nohz",
+                    test_caps_dynamic_nohz);
     g_test_add_func("/hpkvm-contract/enable/grants-exclusive-cores",
                     test_enable_grants_exclusive);
     g_test_add_func("/hpkvm-contract/enable/not-requested",
                     test_enable_not_requested);
     g_test_add_func("/hpkvm-contract/enable/required-refused",
                     test_enable_required_refused);
+    g_test_add_func("/hpkvm-contract/enable/dynamic-nohz",
+                    test_enable_dynamic_nohz);
     g_test_add_func("/hpkvm-contract/enable/dependencies",
                     test_enable_dependencies);
     g_test_add_func("/hpkvm-contract/enable/invalid", test_enable_invalid);
@@ -946,6 +1095,8 @@ int main(int argc, char **argv)
                     test_bind_without_grant);
     g_test_add_func("/hpkvm-contract/bind/pins-thread",
                     test_bind_pins_thread);
+    g_test_add_func("/hpkvm-contract/bind/dynamic-nohz-outside-nohz-full",
+                    test_bind_dynamic_nohz_outside_nohz_full);
     g_test_add_func("/hpkvm-contract/bind/invalid", test_bind_invalid);
     g_test_add_func("/hpkvm-contract/bind/more-than-announced",
                     test_bind_more_than_announced);

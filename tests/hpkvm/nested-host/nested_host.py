@@ -126,7 +126,7 @@ def build_dir():
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
-        libvirt=False, installed=False):
+        libvirt=False, installed=False, append=()):
     """Boot the nested host, run script in it, return a Result.
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
@@ -139,6 +139,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     ships them (image.build_libvirt); the payload starts them;
     installed: our build as "make install" installs it, at its prefix
     (/usr/local: /usr/local/bin/qemu-system-x86_64, its firmware);
+    append: more parameters for the nested host's kernel command line,
+    e.g. ("nohz_full=2-3",): what Linux fixes at boot;
     timeout: seconds for the whole run; NestedHostError past it.
     """
     if kvm not in ("hpkvm", "stock"):
@@ -181,12 +183,13 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # unsynchronized"), runs on the HPET, and KVM adjusts its guests'
         # TSCs on every vCPU move.  TCG reads the one host TSC for every
         # vCPU, so it is in fact synchronized.
-        append = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
-                  f"nested_host.vfs={vfs}", f"nested_host.vfio_vfs={vfio_vfs}",
-                  f"nested_host.kvm={kvm}"]
+        cmdline = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
+                   f"nested_host.vfs={vfs}",
+                   f"nested_host.vfio_vfs={vfio_vfs}",
+                   f"nested_host.kvm={kvm}"]
         machine = "q35"
         if iommu:
-            append.append("intel_iommu=on")
+            cmdline.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
         # One TCG thread for all vCPUs: with a thread per vCPU, QEMU 10.0
         # lets one vCPU use a stale TLB entry for MMIO while another has
@@ -200,7 +203,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
                "-m", mem, "-smp", str(cpus), "-nodefaults",
                "-display", "none", "-no-reboot",
                "-kernel", vmlinuz, "-initrd", initrd,
-               "-append", " ".join(append),
+               "-append", " ".join(cmdline + list(append)),
                "-chardev", f"file,id=con,path={console}",
                "-serial", "chardev:con",
                "-chardev", f"file,id=out,path={output}",
@@ -252,6 +255,8 @@ def main():
     r.add_argument("--vfio-vfs", type=int, default=0)
     r.add_argument("--kvm", choices=("hpkvm", "stock"), default="hpkvm",
                    help="our KVM (kvm/, the default) or Debian's")
+    r.add_argument("--append", action="append", default=[],
+                   metavar="PARAM", help="a kernel parameter more (repeatable)")
     r.add_argument("--timeout", type=float, default=600)
     r.add_argument("--console", action="store_true",
                    help="print the nested host's kernel console too")
@@ -261,7 +266,7 @@ def main():
         res = run(" ".join(args.script), cpus=args.cpus, mem=args.mem,
                   iommu=not args.no_iommu, vfs=args.vfs,
                   vfio_vfs=args.vfio_vfs, timeout=args.timeout,
-                  kvm=args.kvm)
+                  kvm=args.kvm, append=args.append)
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125

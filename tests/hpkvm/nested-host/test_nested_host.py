@@ -14,6 +14,9 @@ The nested host runs our KVM (kvm/) unless a test says kvm="stock".
   back; a host task pinned to a bound core still runs there and the core
   ticks, and a SIGKILLed VM's cores bind again at once; the contract's
   test (tests/hpkvm/kernel) passes against it;
+- booted with nohz_full=2-3, our KVM grants dynamic-nohz and the bound
+  cores' local timers all but stop while the guest idles; booted
+  without, dynamic-nohz is refused with the reason and they tick at HZ;
 - a tap with vhost=on starts the kernel's vhost worker, and SR-IOV VFs
   bound to vfio-pci have a PF, an IOMMU group and a /dev/vfio node that
   opens;
@@ -311,7 +314,8 @@ def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     with an out-of-tree module): exclusive-cores=on granted by the kernel
     under contract 1, each vCPU thread bound to its leased core and no
     longer movable; what that KVM does not implement is refused with the
-    reason and falls back; the guest passes.  With kvm.enable_hpkvm=0 the
+    reason and falls back, as is dynamic-nohz on this nested host booted
+    without nohz_full=; the guest passes.  With kvm.enable_hpkvm=0 the
     same KVM answers as a stock one and QEMU falls back."""
     res = nested(PAYLOAD_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
@@ -340,11 +344,13 @@ wait_qemu
     cores = feature(hp, "exclusive-cores")
     assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
         cores
-    for name in ("irq-passthrough", "ipi-fastpath", "vfio-irte",
-                 "dynamic-nohz"):
+    for name in ("irq-passthrough", "ipi-fastpath", "vfio-irte"):
         f = feature(hp, name)
         assert not f["granted"], f
         assert "does not implement" in f["reason"], f
+    nohz = feature(hp, "dynamic-nohz")
+    assert not nohz["granted"], nohz
+    assert "booted without nohz_full=" in nohz["reason"], nohz
     vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
     assert sorted(vcpus.values()) == [2, 3], hp["placement"]
     repins = lines_with(res.output, "repin: ")
@@ -516,6 +522,157 @@ def our_kvm_enforces_the_contract():
     assert not re.search(r"^not ok ", res.output, re.M), res.output
     assert len(oks) >= 15, res.output
     assert lines_with(res.output, "contract-status: ") == ["0"], res.output
+
+
+# The LOC counts of cores 0-3 over NOHZ_SECONDS of a guest idling in
+# HLT (hold: HLT does not exit on its own cores); "loc-rates: " per core
+# and second, from the nested host's uptime.
+NOHZ_SECONDS = 6
+# LOC/s of a bound core, idle in the guest: at most with dynamic-nohz,
+# at least without nohz_full= (HZ is 250 on Debian).
+NOHZ_MAX_RATE = 2
+NOHZ_TICKING_RATE = 100
+NOHZ_LIB = r"""
+loc_of() { awk -v col=$(($1 + 2)) '/^ *LOC:/ { print $col }' /proc/interrupts; }
+loc_rates() {
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    a="$(loc_of 0) $(loc_of 1) $(loc_of 2) $(loc_of 3)"
+    sleep %(seconds)d
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    b="$(loc_of 0) $(loc_of 1) $(loc_of 2) $(loc_of 3)"
+    echo "$t0 $t1 $a $b" | awk '{ for (i = 0; i < 4; i++)
+        printf "%%.1f ", ($(i + 7) - $(i + 3)) / ($2 - $1); print "" }'
+}
+""" % {"seconds": NOHZ_SECONDS}
+
+
+def nohz_run(accel, append=(), before=""):
+    """Our guest on cores 2-3 with accel, held in HLT after its result
+    line: the report, the LOC rates while it idles, how QEMU ended;
+    before: a script run first, in the same boot."""
+    return nested(PAYLOAD_LIB + NOHZ_LIB +
+                  "mount -t cgroup2 none /sys/fs/cgroup\n" + before + r"""
+echo "nohz_full: $(cat /sys/devices/system/cpu/nohz_full)"
+guest_qemu -accel %(accel)s -cpu host -append hold || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_cont
+wait_serial
+sleep 1                 # the guest's last exits, and the tick's stop
+echo "loc-rates: $(loc_rates)"
+echo "held: $(qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' |
+    grep -o '"status": "[a-z-]*"')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit-status: $?"
+""" % {"accel": accel}, cpus=4, append=append)
+
+
+def nohz_rates(res):
+    rates = [float(r) for r in lines_with(res.output, "loc-rates: ")[0]
+             .split()]
+    assert len(rates) == 4, res.output
+    return rates
+
+
+@test
+def our_kvm_grants_dynamic_nohz_on_nohz_full_cores_and_the_tick_stops():
+    """On a nested host booted with nohz_full=2-3, kvm/'s KVM grants
+    dynamic-nohz (the contract's test passes there, its nohz cases
+    included), and while the guest bound to cores 2-3 idles in HLT their
+    local timers all but stop; the same VM on a nested host booted
+    without nohz_full= has dynamic-nohz refused with the reason (auto:
+    it runs, and cores 2-3 tick at the host's HZ; on: QEMU does not
+    start, naming the kernel's refusal).  LOC rates under TCG, printed:
+    what ticks, not how fast hardware would."""
+    res = nohz_run(f"{PLACEMENT_ACCEL},exclusive-cores=on,dynamic-nohz=on",
+                   append=("nohz_full=2-3",), before=r"""
+hpkvm-contract-test --tap 2>&1 | sed 's/^/contract: /'
+# A core outside nohz_full=: QEMU does not ask (auto), or says why (on).
+guest_qemu -accel hpkvm,host-cpus=1,housekeeping-cpus=0 -cpu host -smp 1 ||
+    exit 1
+echo "outside: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_cont
+wait_qemu
+echo "outside-status: $?"
+echo "outside-serial: $(cat /tmp/serial.log)"
+timeout 120 qemu-system-x86_64 -machine pc -smp 1 -S -nodefaults \
+    -display none -kernel "$HPKVM_GUEST" -cpu host \
+    -accel hpkvm,host-cpus=1,housekeeping-cpus=0,dynamic-nohz=on \
+    2>&1 | sed 's/^/outside-on: /'
+""")
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    contract = lines_with(res.output, "contract: ")
+    assert not [line for line in contract if line.startswith("not ok")], \
+        res.output
+    for case in ("caps/dynamic-nohz", "enable/dynamic-nohz",
+                 "bind/dynamic-nohz-outside-nohz-full"):
+        line = [ln for ln in contract
+                if ln.endswith(f"/hpkvm-contract/{case}")]
+        assert line and line[0].startswith("ok "), (case, contract)
+        assert "# SKIP" not in line[0], (case, contract)
+    outside = json.loads(lines_with(res.output, "outside: ")[0])["return"]
+    assert feature(outside, "exclusive-cores")["granted"], outside
+    nohz = feature(outside, "dynamic-nohz")
+    assert not nohz["granted"], nohz
+    assert "not requested: needs the vCPUs' host cores within the host's " \
+        "nohz_full= (2-3), and host core 1 is not" in nohz["reason"], nohz
+    assert lines_with(res.output, "outside-status: ") == ["1"], res.output
+    assert "hpkvm-guest: PASS cpus=1/1" in \
+        lines_with(res.output, "outside-serial: ")[0], res.output
+    assert "dynamic-nohz=on needs the vCPUs' host cores within the host's " \
+        "nohz_full= (2-3)" in "\n".join(lines_with(res.output,
+                                                    "outside-on: ")), \
+        res.output
+    assert lines_with(res.output, "nohz_full: ") == ["2-3"], res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    nohz = feature(hp, "dynamic-nohz")
+    assert nohz["granted"] and nohz["mechanism"] == "patched-kernel", nohz
+    assert sorted(p["host-cpu"] for p in hp["placement"]) == [2, 3], hp
+    if hp.get("isolation", {}).get("cores"):
+        assert {c["nohz"] for c in hp["isolation"]["cores"]} == \
+            {"dynamic"}, hp["isolation"]
+    assert "hpkvm-guest: PASS cpus=2/2" in \
+        lines_with(res.output, "serial: ")[0], res.output
+    assert lines_with(res.output, "held: ") == ['"status": "running"'], \
+        res.output
+    assert lines_with(res.output, "quit-status: ") == ["0"], res.output
+    tickless = nohz_rates(res)
+    print(f"# LOC/s with nohz_full=2-3 and dynamic-nohz granted, cores 0-3: "
+          f"{tickless}")
+
+    res = nohz_run(f"{PLACEMENT_ACCEL},exclusive-cores=on", before=r"""
+timeout 120 qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
+    -display none -kernel "$HPKVM_GUEST" -cpu host \
+    -accel %(accel)s,exclusive-cores=on,dynamic-nohz=on \
+    2>&1 | sed 's/^/on: /'
+""" % {"accel": PLACEMENT_ACCEL})
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "nohz_full: ") == ["(null)"], res.output
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    nohz = feature(hp, "dynamic-nohz")
+    assert not nohz["granted"] and nohz["mechanism"] != "patched-kernel", \
+        nohz
+    assert "refused by the kernel (the host was booted without " \
+        "nohz_full=)" in nohz["reason"], nohz
+    assert feature(hp, "exclusive-cores")["granted"], hp
+    assert "hpkvm-guest: PASS cpus=2/2" in \
+        lines_with(res.output, "serial: ")[0], res.output
+    ticking = nohz_rates(res)
+    print(f"# LOC/s without nohz_full=, dynamic-nohz refused, cores 0-3: "
+          f"{ticking}")
+
+    on = "\n".join(lines_with(res.output, "on: "))
+    assert "dynamic-nohz=on, but the kernel refused it: the host was " \
+        "booted without nohz_full=" in on, res.output
+
+    # Bound and idle in the guest: a stopped tick on 2-3 (a stray timer
+    # of the host's, at most: NOHZ_MAX_RATE), HZ (Debian: 250) without
+    # nohz_full=.
+    for core in (2, 3):
+        assert tickless[core] <= NOHZ_MAX_RATE, (tickless, ticking)
+        assert ticking[core] >= NOHZ_TICKING_RATE, (tickless, ticking)
 
 
 @test
