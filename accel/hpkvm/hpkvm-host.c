@@ -324,6 +324,15 @@ bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
     return hpkvm_cpuset_parse(text, cpus, path, errp);
 }
 
+void hpkvm_host_nohz_full(const HpkvmHost *h, HpkvmCpuSet *cpus)
+{
+    /* Linux 6.1 reads "(null)" there when booted without nohz_full=. */
+    if (!hpkvm_host_read_cpus(h, "/sys/devices/system/cpu/nohz_full", cpus,
+                              NULL)) {
+        hpkvm_cpuset_clear(cpus);
+    }
+}
+
 char *hpkvm_host_cpuset_mount(const HpkvmHost *h, bool *v2)
 {
     g_autofree char *mounts = NULL;

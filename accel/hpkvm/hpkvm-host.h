@@ -83,6 +83,8 @@ GStrv hpkvm_host_list(const HpkvmHost *h, const char *path);
 
 bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
                           HpkvmCpuSet *cpus, Error **errp);
+/* The host's nohz_full= cores: empty if booted without, or unreadable. */
+void hpkvm_host_nohz_full(const HpkvmHost *h, HpkvmCpuSet *cpus);
 
 /*
  * The cgroup hierarchy with the cpuset controller (a v1 one first, else

@@ -681,14 +681,9 @@ static HpkvmIsolation *isolate_new_report(const HpkvmHost *h,
     HpkvmIsolation *rep = g_new0(HpkvmIsolation, 1);
     HpkvmCoreIsolationList **tail = &rep->cores;
     HpkvmCpuSet nohz, isol;
-    g_autofree char *text = NULL;
     unsigned cpu;
 
-    /* "(null)" when the kernel has no nohz_full= */
-    if (hpkvm_host_read(h, "/sys/devices/system/cpu/nohz_full", &text) < 0 ||
-        !hpkvm_cpuset_parse(text, &nohz, "nohz_full", NULL)) {
-        hpkvm_cpuset_clear(&nohz);
-    }
+    hpkvm_host_nohz_full(h, &nohz);
     if (!hpkvm_host_read_cpus(h, "/sys/devices/system/cpu/isolated", &isol,
                               NULL)) {
         hpkvm_cpuset_clear(&isol);

@@ -122,16 +122,15 @@ bool hpkvm_wants_own_cores(HPKVMState *s)
  */
 static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
 {
-    g_autofree char *text = NULL, *list = NULL;
+    g_autofree char *list = NULL;
     HpkvmCpuSet nohz;
     unsigned i;
 
-    /* "(null)" when the kernel has no nohz_full= */
-    if (s->cores_pending ||
-        hpkvm_host_read(&s->host, "/sys/devices/system/cpu/nohz_full",
-                        &text) < 0 ||
-        !hpkvm_cpuset_parse(text, &nohz, "nohz_full", NULL) ||
-        hpkvm_cpuset_empty(&nohz)) {
+    if (s->cores_pending) {
+        return NULL;
+    }
+    hpkvm_host_nohz_full(&s->host, &nohz);
+    if (hpkvm_cpuset_empty(&nohz)) {
         return NULL;
     }
     for (i = 0; i < s->max_vcpus; i++) {
