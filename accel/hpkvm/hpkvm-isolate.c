@@ -335,18 +335,25 @@ static void isolate_collect_groups(Reconcile *r, const char *rel,
                                                 r->mount, sub);
         g_autofree char *now = NULL;
         HpkvmCpuSet o, cur, inside, taken;
+        char *orig;
         Group *g;
 
         if (!strcmp(sub, "/" HOST_GROUP) ||
             !hpkvm_host_exists(r->h, cpus)) {
             continue;
         }
+        orig = isolate_original_text(r, cpus, &now);
+        if (!orig) {
+            /* Unreadable: left as it is, its children are not. */
+            isolate_collect_groups(r, sub, leased, out);
+            continue;
+        }
         g = g_new0(Group, 1);
         g->rel = g_steal_pointer(&sub);
-        g->orig = isolate_original_text(r, cpus, &now);
+        g->orig = orig;
         g->path = g_steal_pointer(&cpus);
         g_ptr_array_add(out, g);
-        if (!g->orig || !hpkvm_cpuset_parse(now, &cur, g->path, NULL) ||
+        if (!hpkvm_cpuset_parse(now, &cur, g->path, NULL) ||
             !hpkvm_cpuset_parse(g->orig, &o, g->path, NULL)) {
             g->widen = true;
             g->want = cur;
