@@ -70,7 +70,7 @@ struct HPKVMState {
     VMChangeStateEntry *vm_state_entry;
 
     /* Migration (hpkvm-migration.c) */
-    int64_t guest_tsc_khz;      /* 0: unknown */
+    int64_t guest_timer_khz;    /* guest's TSC/generic timer; 0: unknown */
     HpkvmMigState mig;
     HpkvmLostPromiseList *incoming_lost; /* promises not kept here */
     NotifierWithReturn migration_notifier;
@@ -85,15 +85,18 @@ QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_HLT != 1 << HPKVM_EXIT_HLT);
 QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_PAUSE != 1 << HPKVM_EXIT_PAUSE);
 QEMU_BUILD_BUG_ON(KVM_X86_DISABLE_EXITS_CSTATE != 1 << HPKVM_EXIT_CSTATE);
 
-/* What the guest's CPUs look like, for the checks negotiation makes. */
+/*
+ * What the guest's CPUs look like, for the checks negotiation makes; the
+ * target's own facts (x86: x2APIC, TSC-deadline) are behind @arch, for
+ * hpkvm_arch_unmet_requirement().
+ */
 typedef struct HpkvmGuestFacts {
     unsigned nr_vcpus;
     bool irqchip_in_kernel;
-    bool x2apic;
-    bool tsc_deadline;
-    bool invtsc;
-    int64_t guest_tsc_khz;      /* 0: unset, the host's */
-    int64_t host_tsc_khz;       /* 0: unknown */
+    /* The timer the guest counts in: the TSC (x86), CNTFRQ (Arm) */
+    int64_t guest_timer_khz;    /* 0: unset, the host's */
+    int64_t host_timer_khz;     /* 0: unknown */
+    const void *arch;
 } HpkvmGuestFacts;
 
 /*
@@ -161,5 +164,17 @@ bool hpkvm_wants_own_cores(HPKVMState *s);
 void hpkvm_arch_init_machine(HPKVMState *s, const char *device);
 void hpkvm_arch_kvm_ready(HPKVMState *s);
 void hpkvm_arch_kvm_failed(HPKVMState *s);
+/*
+ * Per target, for negotiation: why the guest as configured cannot have
+ * feature @f on this architecture, with the fix, or NULL if it can (the
+ * result is static, or allocated and returned through *owned too); and
+ * what stands in for @f, any feature but dynamic-nohz, when the kernel
+ * does not grant it (its mechanism, and through *text the words for the
+ * report).
+ */
+const char *hpkvm_arch_unmet_requirement(HPKVMState *s, int f,
+                                         const HpkvmGuestFacts *g,
+                                         char **owned);
+HpkvmMechanism hpkvm_arch_fallback(HPKVMState *s, int f, const char **text);
 
 #endif

@@ -62,7 +62,7 @@ static int hpkvm_pre_save(void *opaque)
     }
     m->disabled_exits = s->disabled_exits;
     m->realtime_hint = s->realtime_hint;
-    m->tsc_khz = s->guest_tsc_khz;
+    m->tsc_khz = s->guest_timer_khz;
     return 0;
 }
 
@@ -112,10 +112,10 @@ static int hpkvm_post_load(void *opaque, int version_id)
     }
     if ((in->granted & (1ULL << HPKVM_FEATURE_TIMER_PASSTHROUGH)) &&
         s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].granted &&
-        in->tsc_khz != s->guest_tsc_khz) {
+        in->tsc_khz != s->guest_timer_khz) {
         g_autofree char *why = g_strdup_printf(
             "the guest programs deadlines for a %" PRId64 " kHz TSC, this "
-            "host's runs at %" PRId64 " kHz", in->tsc_khz, s->guest_tsc_khz);
+            "host's runs at %" PRId64 " kHz", in->tsc_khz, s->guest_timer_khz);
 
         migration_lost(s, refused, HPKVM_FEATURE_TIMER_PASSTHROUGH, why);
     }

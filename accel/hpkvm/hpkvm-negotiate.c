@@ -56,49 +56,17 @@ static void negotiate_set_result(HPKVMState *s, int f, bool granted,
 
 /*
  * What stands in for a feature the kernel does not grant: its mechanism
- * and, through *text, the words for the report.
+ * and, through *text, the words for the report.  Only nohz is not a
+ * matter of the architecture.
  */
 static HpkvmMechanism negotiate_fallback(HPKVMState *s, int f,
                                          const char **text)
 {
-    switch (f) {
-    case HPKVM_FEATURE_EXCLUSIVE_CORES:
-        if (s->leases) {
-            *text = "QEMU binds each vCPU thread to its leased core "
-                    "(host-cpus=) from user space, with upstream KVM's "
-                    "KVM_CAP_X86_DISABLE_EXITS and KVM_HINTS_REALTIME where "
-                    "they were granted";
-            return HPKVM_MECHANISM_UPSTREAM;
-        }
-        if (s->disabled_exits || s->realtime_hint) {
-            *text = "upstream KVM keeps the guest on its cores instead: "
-                    "KVM_CAP_X86_DISABLE_EXITS and the KVM_HINTS_REALTIME "
-                    "CPUID hint (vCPU threads are not pinned: no "
-                    "host-cpus=)";
-            return HPKVM_MECHANISM_UPSTREAM;
-        }
-        *text = "KVM's defaults: HLT and PAUSE exit, vCPUs may move";
-        return HPKVM_MECHANISM_NONE;
-    case HPKVM_FEATURE_IRQ_PASSTHROUGH:
-        *text = "KVM's in-kernel LAPIC injects external interrupts, each "
-                "at a VM exit unless the host has posted interrupts";
-        return HPKVM_MECHANISM_NONE;
-    case HPKVM_FEATURE_TIMER_PASSTHROUGH:
-        *text = "KVM emulates the TSC-deadline timer (MSR writes and "
-                "expiries exit)";
-        return HPKVM_MECHANISM_NONE;
-    case HPKVM_FEATURE_IPI_FASTPATH:
-        *text = "KVM's own ICR-write handling";
-        return HPKVM_MECHANISM_NONE;
-    case HPKVM_FEATURE_VFIO_IRTE:
-        *text = "KVM's irqfd delivery (posted interrupts where the IOMMU "
-                "has them)";
-        return HPKVM_MECHANISM_NONE;
-    case HPKVM_FEATURE_DYNAMIC_NOHZ:
-    default:
+    if (f == HPKVM_FEATURE_DYNAMIC_NOHZ) {
         *text = "the host's static nohz_full/isolcpus settings";
         return HPKVM_MECHANISM_NONE;
     }
+    return hpkvm_arch_fallback(s, f, text);
 }
 
 /*
@@ -154,52 +122,31 @@ static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
 static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
                                      const HpkvmGuestFacts *g, char **owned)
 {
-    bool needs_lapic = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
-                       f == HPKVM_FEATURE_TIMER_PASSTHROUGH ||
-                       f == HPKVM_FEATURE_IPI_FASTPATH ||
-                       f == HPKVM_FEATURE_VFIO_IRTE;
+    bool needs_irqchip = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
+                         f == HPKVM_FEATURE_TIMER_PASSTHROUGH ||
+                         f == HPKVM_FEATURE_IPI_FASTPATH ||
+                         f == HPKVM_FEATURE_VFIO_IRTE;
 
     *owned = NULL;
-    if (needs_lapic && !g->irqchip_in_kernel) {
-        return "needs the in-kernel irqchip: drop kernel-irqchip=off "
-               "(on or split both work)";
+    if (needs_irqchip && !g->irqchip_in_kernel) {
+        return "needs the in-kernel irqchip: drop kernel-irqchip=off";
     }
     switch (f) {
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
         return hpkvm_wants_own_cores(s) ? NULL :
-               "needs cores of its own: give host-cpus= (on shared cores "
-               "HLT keeps exiting)";
-    case HPKVM_FEATURE_TIMER_PASSTHROUGH:
-        if (!g->tsc_deadline) {
-            return "needs the TSC-deadline timer in the guest: add "
-                   "tsc-deadline=on to -cpu";
-        }
-        if (!g->invtsc) {
-            return "needs an invariant TSC in the guest: add invtsc=on to "
-                   "-cpu";
-        }
-        if (g->guest_tsc_khz && g->host_tsc_khz &&
-            g->guest_tsc_khz != g->host_tsc_khz) {
-            *owned = g_strdup_printf(
-                "needs the guest's TSC at the host's frequency (%" PRId64
-                " kHz), not %" PRId64 " kHz: drop tsc-frequency= from -cpu",
-                g->host_tsc_khz, g->guest_tsc_khz);
-            return *owned;
-        }
-        return NULL;
-    case HPKVM_FEATURE_IPI_FASTPATH:
-        return g->x2apic ? NULL : "needs x2APIC in the guest: add "
-                                  "x2apic=on to -cpu";
+               "needs cores of its own: give host-cpus=";
     case HPKVM_FEATURE_VFIO_IRTE:
-        return s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
-               ON_OFF_AUTO_OFF ? "needs irq-passthrough: set it to on or "
-                                 "auto" : NULL;
+        if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
+            ON_OFF_AUTO_OFF) {
+            return "needs irq-passthrough: set it to on or auto";
+        }
+        return hpkvm_arch_unmet_requirement(s, f, g, owned);
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
         return hpkvm_wants_own_cores(s) ? negotiate_nohz_cores(s, owned) :
                "needs exclusive-cores, on cores of its own: give "
                "host-cpus= (and exclusive-cores auto or on)";
     default:
-        return NULL;
+        return hpkvm_arch_unmet_requirement(s, f, g, owned);
     }
 }
 
@@ -398,7 +345,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
     req.requested = want;
     req.required = need;
     req.nr_vcpus = g->nr_vcpus;
-    req.guest_tsc_khz = g->guest_tsc_khz ?: g->host_tsc_khz;
+    req.guest_tsc_khz = g->guest_timer_khz ?: g->host_timer_khz;
     ret = want ? hpkvm_kernel_enable(k, &req) : 0;
     if (ret < 0 && ret != -EPERM) {
         /* Not an answer the contract allows: leave nothing behind. */

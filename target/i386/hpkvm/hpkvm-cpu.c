@@ -26,6 +26,7 @@
 #include "cpu.h"
 #include "accel/accel-cpu-target.h"
 #include "accel/hpkvm/hpkvm-internal.h"
+#include "hpkvm-x86.h"
 
 static bool (*kvm_cpu_target_realize)(CPUState *cpu, Error **errp);
 
@@ -124,6 +125,7 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
 {
     HPKVMState *s = HPKVM_ACCEL(current_accel());
     CPUX86State *env = &X86_CPU(cs)->env;
+    HpkvmX86Facts x86;
     HpkvmGuestFacts facts;
 
     /* Before KVM's part: a hot-plugged CPU fails here, not its thread. */
@@ -134,19 +136,22 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
     if (s->negotiated) {
         return true;
     }
-    facts = (HpkvmGuestFacts) {
-        .nr_vcpus = current_machine->smp.max_cpus,
-        .irqchip_in_kernel = kvm_irqchip_in_kernel(),
+    x86 = (HpkvmX86Facts) {
         .x2apic = env->features[FEAT_1_ECX] & CPUID_EXT_X2APIC,
         .tsc_deadline = env->features[FEAT_1_ECX] &
                         CPUID_EXT_TSC_DEADLINE_TIMER,
         .invtsc = env->features[FEAT_8000_0007_EDX] & CPUID_APM_INVTSC,
-        .guest_tsc_khz = env->user_tsc_khz,
-        .host_tsc_khz = hpkvm_cpu_host_tsc_khz(KVM_STATE(s)),
+    };
+    facts = (HpkvmGuestFacts) {
+        .nr_vcpus = current_machine->smp.max_cpus,
+        .irqchip_in_kernel = kvm_irqchip_in_kernel(),
+        .guest_timer_khz = env->user_tsc_khz,
+        .host_timer_khz = hpkvm_cpu_host_tsc_khz(KVM_STATE(s)),
+        .arch = &x86,
     };
     s->realtime_hint = env->features[FEAT_KVM_HINTS] &
                        CPUID_KVM_HINTS_REALTIME;
-    s->guest_tsc_khz = facts.guest_tsc_khz ?: facts.host_tsc_khz;
+    s->guest_timer_khz = facts.guest_timer_khz ?: facts.host_timer_khz;
     return hpkvm_negotiate(s, &facts, errp);
 }
 
