@@ -10,6 +10,8 @@
 #   make deb    a Debian package of what "make install" installs
 #               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
 #   make kvm    our reference KVM (kvm/) for the nested test host's kernel
+#   make arm    the Arm side: qemu-system-aarch64 for arm64 hosts
+#               (build/aarch64) and the arm64 nested test host's needs
 #   make clean  remove build/
 
 BUILD := build/qemu
@@ -59,9 +61,19 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/hpkvm/nested-host/tap-open \
 	tests/hpkvm/kernel/hpkvm-contract-test \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge \
+	qemu-system-aarch64 \
+	tests/hpkvm/guest-arm/hpkvm-guest-arm.elf \
 	$(INSTALL_TARGETS)
+# The Arm side: qemu-system-aarch64 with hpkvm, cross-built for arm64
+# hosts (build/aarch64, ./configure step 4), with what the arm64 nested
+# test host runs beside it.  The x86 build has TCG's aarch64 emulator
+# (qemu-system-aarch64 above) that the arm64 nested host runs on.
+ARM_BUILD := build/aarch64
+ARM_TARGETS := qemu-system-aarch64 \
+	tools/hpkvm/qemu-hpkvm-helper \
+	tests/hpkvm/nested-host/qmp-exec
 
-.PHONY: all build configure run check bench install deb kvm clean
+.PHONY: all build configure run check bench install deb kvm arm clean
 
 all: build
 
@@ -83,6 +95,7 @@ run: build
 
 check: $(BUILD)/build.ninja configure
 	ninja -C $(BUILD) $(CHECK_TARGETS)
+	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
 	$(BUILD_INSTALLED)
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
 
@@ -105,6 +118,13 @@ deb: build
 	ninja -C $(BUILD) $(INSTALL_TARGETS)
 	$(BUILD_INSTALLED)
 	@scripts/hpkvm/build-deb.sh $(BUILD) build/deb
+
+# Only the Arm side (e.g. to try it in the arm64 nested test host:
+# tests/hpkvm/nested-host/nested_host.py run --arch aarch64 ...).
+arm: $(BUILD)/build.ninja configure
+	ninja -C $(BUILD) qemu-system-aarch64 \
+		tests/hpkvm/guest-arm/hpkvm-guest-arm.elf
+	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
 
 # The nested test host builds it itself when it boots; this is for
 # working on the series.

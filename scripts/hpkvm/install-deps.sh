@@ -38,11 +38,13 @@ fi
 # systemd (systemd-analyze): the install test verifies the helper's units.
 # python3-sphinx, python3-sphinx-rtd-theme: QEMU's manual and the man
 # pages of QEMU and hpkvm's tools.  dpkg-dev (dpkg-shlibdeps): make deb.
+# clang, lld, llvm: the aarch64 cross build and its bare-metal guest
+# (scripts/hpkvm/aarch64-toolchain.sh says why not gcc-aarch64-linux-gnu).
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
  iproute2 dpdk-dev systemd python3-sphinx python3-sphinx-rtd-theme
- dpkg-dev"
+ dpkg-dev clang lld llvm"
 # The headers of the kernel the nested test host boots, which our KVM
 # (kvm/build.sh) is built against.  When Debian has dropped that ABI, the
 # current one, as the nested host then boots it.
