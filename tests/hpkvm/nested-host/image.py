@@ -44,6 +44,14 @@ MODULES = [
 ]
 
 
+# The arm64 nested host boots Debian's arm64 build of the same kernel.
+# Its KVM is built in (arm64 KVM cannot be a module), so it needs no
+# module for what it runs today.
+ARM64_KERNEL = TESTED_KERNEL.replace("-amd64", "-arm64")
+ARM64_MODULES = []
+ARM64_LIB_DIRS = ["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"]
+
+
 def log(msg):
     print(f"nested-host: {msg}", file=sys.stderr, flush=True)
 
@@ -165,6 +173,19 @@ def _module_closure(moddir, names):
     return order
 
 
+def _llvm(tool):
+    """An LLVM tool (Debian keeps the unversioned ones in its own bin)."""
+    found = shutil.which(tool)
+    if found:
+        return found
+    for d in sorted(os.listdir("/usr/lib"), reverse=True):
+        path = os.path.join("/usr/lib", d, "bin", tool)
+        if d.startswith("llvm-") and os.path.exists(path):
+            return path
+    raise RuntimeError(f"no {tool}: scripts/hpkvm/install-deps.sh installs "
+                       f"llvm")
+
+
 def _walk_files(top):
     """Every file below top, as paths."""
     for d, _, names in os.walk(top):
@@ -179,18 +200,47 @@ def _sha(*parts):
     return h.hexdigest()[:16]
 
 
-def build_base(cache, kver):
+def arm64_sysroot():
+    """The arm64 sysroot of the aarch64 cross build (configure makes it:
+    scripts/hpkvm/arm64-sysroot.sh), where arm64 packages are also
+    downloaded."""
+    base = os.environ.get("HPKVM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "hpkvm")
+    return os.path.join(base, "arm64-sysroot")
+
+
+def _download_arm64(pkg):
+    """An arm64 package through the sysroot's own apt view (the host's apt
+    has no arm64); its path."""
+    r = subprocess.run([os.path.join(REPO, "scripts/hpkvm/arm64-sysroot.sh"),
+                        "--download", arm64_sysroot(), pkg],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"cannot download {pkg} for arm64: "
+                           f"{r.stderr.strip()}")
+    return r.stdout.split()[-1]
+
+
+def build_base(cache, kver, arch="x86_64"):
     """Kernel image and base cpio (busybox, /init, modules); cached."""
     debs = os.path.join(cache, "debs")
-    kpkg = _unpack(_download(f"linux-image-{kver}", debs),
-                   os.path.join(cache, f"linux-image-{kver}"))
-    bpkg = _unpack(_download("busybox-static", debs),
-                   os.path.join(cache, "busybox-static"))
+    if arch == "aarch64":
+        kver = ARM64_KERNEL
+        kdeb = _download_arm64(f"linux-image-{kver}")
+        bdeb = _download_arm64("busybox-static")
+        modules = ARM64_MODULES
+    else:
+        kdeb = _download(f"linux-image-{kver}", debs)
+        bdeb = _download("busybox-static", debs)
+        modules = MODULES
+    kpkg = _unpack(kdeb, os.path.join(cache, f"linux-image-{kver}"))
+    bpkg = _unpack(bdeb, os.path.join(cache, f"busybox-static-{arch}"))
     with open(os.path.join(HERE, "init.sh"), "rb") as f:
         init = f.read()
     with open(os.path.join(HERE, "helper.sh"), "rb") as f:
         helper_sh = f.read()
-    tag = _sha(kver, init, helper_sh, " ".join(MODULES))
+    tag = _sha(kver, init, helper_sh, " ".join(modules))
     out = os.path.join(cache, f"base-{kver}-{tag}.cpio")
     vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
     if os.path.exists(out):
@@ -204,7 +254,7 @@ def build_base(cache, kver):
     w.add_file("bin/busybox", os.path.join(bpkg, "bin", "busybox"), 0o755)
     w.add_bytes("init", init, 0o755)
     w.add_bytes("etc/nested-host/helper.sh", helper_sh)
-    order = _module_closure(moddir, MODULES)
+    order = _module_closure(moddir, modules)
     for rel in order:
         w.add_file(f"lib/modules/{kver}/{rel}", os.path.join(moddir, rel))
     w.add_bytes("etc/nested-host/modules",
@@ -225,6 +275,80 @@ def _ldd(binary):
         elif parts and parts[0].startswith("/"):
             libs.append(parts[0])           # the dynamic loader
     return libs
+
+
+def _needed(binary):
+    """The DT_NEEDED libraries and the interpreter of an ELF, by name."""
+    with open(binary, "rb") as f:
+        elf = f.read()
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    interp, dyn, loads = None, None, []
+    for i in range(phnum):
+        ptype, _, off, vaddr, _, filesz, _, _ = struct.unpack_from(
+            "<IIQQQQQQ", elf, phoff + i * phentsize)
+        if ptype == 3:
+            interp = elf[off:off + filesz].split(b"\0")[0].decode()
+        elif ptype == 2:
+            dyn = (off, filesz)
+        elif ptype == 1:
+            loads.append((vaddr, off, filesz))
+    if not dyn:
+        return [], interp
+    entries = [struct.unpack_from("<qQ", elf, dyn[0] + k)
+               for k in range(0, dyn[1], 16)]
+    strtab = next(v for t, v in entries if t == 5)
+    stroff = next(off + strtab - va for va, off, sz in loads
+                  if va <= strtab < va + sz)
+    names = [elf[stroff + v:].split(b"\0", 1)[0].decode()
+             for t, v in entries if t == 1]
+    return names, interp
+
+
+def _sysroot_libs(binaries, sysroot):
+    """Every library the arm64 binaries load, from the sysroot, with the
+    dynamic loader: [(path in image, file)]."""
+    found, todo = {}, list(binaries)
+    while todo:
+        names, interp = _needed(todo.pop())
+        if interp and interp not in found:
+            found[interp] = os.path.realpath(sysroot + interp)
+        for name in names:
+            if any(p.endswith("/" + name) for p in found):
+                continue
+            for d in ARM64_LIB_DIRS:
+                host = os.path.join(sysroot, d, name)
+                if os.path.exists(host):
+                    found[f"/{d}/{name}"] = os.path.realpath(host)
+                    todo.append(os.path.realpath(host))
+                    break
+            else:
+                raise RuntimeError(f"{name} is not in the arm64 sysroot "
+                                   f"{sysroot}: run ./configure")
+    return [(p.lstrip("/"), h) for p, h in sorted(found.items())]
+
+
+def hpkvm_inputs_arm64(build):
+    """What the arm64 nested host runs: the aarch64 cross build of QEMU
+    (build/aarch64) with its libraries from the arm64 sysroot, its helper
+    and payload tools, and the aarch64 test guest (of the x86 build)."""
+    arm = os.path.join(build, "..", "aarch64")
+    qemu = os.path.join(arm, "qemu-system-aarch64")
+    helper = os.path.join(arm, "tools/hpkvm/qemu-hpkvm-helper")
+    files = [("hpkvm/bin/qemu-system-aarch64", qemu),
+             ("hpkvm/bin/qemu-hpkvm-helper", helper),
+             ("hpkvm/bin/qmp-exec",
+              os.path.join(arm, "tests/hpkvm/nested-host/qmp-exec")),
+             ("hpkvm/guests/hpkvm-guest-arm.elf",
+              os.path.join(build, "tests/hpkvm/guest-arm",
+                           "hpkvm-guest-arm.elf"))]
+    missing = [h for _, h in files if not os.path.exists(h)]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} missing: build it first "
+                           f"(make)")
+    files += _sysroot_libs([qemu, helper], os.path.join(arm64_sysroot(),
+                                                         "root"))
+    return files
 
 
 def hpkvm_inputs(build):
@@ -424,9 +548,10 @@ def build_kvm(build, kver):
     return out
 
 
-def build_hpkvm(build, out):
+def build_hpkvm(build, out, arch="x86_64"):
     """The cpio of our build; rebuilt when an input is newer."""
-    files = hpkvm_inputs(build)
+    files = hpkvm_inputs_arm64(build) if arch == "aarch64" else \
+        hpkvm_inputs(build)
     for _, host in files:
         if not os.path.exists(host):
             raise RuntimeError(f"{host} is missing: build it first (make)")
@@ -441,7 +566,8 @@ def build_hpkvm(build, out):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     # Debug info is most of QEMU's size and of no use inside.
     stripped = out + ".qemu"
-    subprocess.run(["objcopy", "--strip-debug", files[0][1], stripped],
+    subprocess.run([_llvm("llvm-objcopy") if arch == "aarch64" else
+                    "objcopy", "--strip-debug", files[0][1], stripped],
                    check=True)
     w.add_file(files[0][0], stripped, 0o755)
     w.write(out)

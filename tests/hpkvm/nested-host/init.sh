@@ -4,7 +4,8 @@
 # /init of the nested test host: set up a minimal root, load the modules
 # hpkvm's tests need, optionally create SR-IOV VFs and bind some of them to
 # vfio-pci, start qemu-hpkvm-helper, run /payload/run.sh as root with its
-# output on the second serial port (ttyS1), report its exit status there,
+# output on the second serial port (ttyS1; ttyAMA1 on arm64), report its
+# exit status there,
 # stop the helper, and power off.
 #
 # Kernel command line:
@@ -25,9 +26,15 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 
+# x86's 8250s, or the arm64 virt machine's two PL011s.
+con=/dev/ttyS0
 out=/dev/ttyS1
+if [ -e /dev/ttyAMA1 ]; then
+    con=/dev/ttyAMA0
+    out=/dev/ttyAMA1
+fi
 log() {
-    echo "nested-host: $*" > /dev/ttyS0
+    echo "nested-host: $*" > $con
 }
 
 param() {
@@ -45,7 +52,7 @@ while read -r m; do
     case "$kvm:${m##*/}" in
     hpkvm:kvm.ko|hpkvm:kvm-amd.ko) m=/hpkvm/kvm/${m##*/} ;;
     esac
-    insmod "$m" 2> /dev/ttyS0 || log "insmod $m failed"
+    insmod "$m" 2> $con || log "insmod $m failed"
 done < /etc/nested-host/modules
 
 vfs=$(param vfs)
@@ -80,13 +87,18 @@ fi
 # as a VM would, and none has to remember it.  A payload that needs
 # another helper (a policy, a crash) uses helper.sh's functions.
 . /etc/nested-host/helper.sh
-helper_start > /dev/ttyS0 || log "qemu-hpkvm-helper did not start"
+helper_start > $con || log "qemu-hpkvm-helper did not start"
 
-export HPKVM_GUEST=/hpkvm/guests/hpkvm-guest.elf
+# The test guest of the host's architecture.
+for HPKVM_GUEST in /hpkvm/guests/hpkvm-guest.elf \
+                   /hpkvm/guests/hpkvm-guest-arm.elf; do
+    [ -e $HPKVM_GUEST ] && break
+done
+export HPKVM_GUEST
 cd /tmp
 sh /payload/run.sh > "$out" 2>&1 < /dev/null
 status=$?
-helper_stop > /dev/ttyS0
+helper_stop > $con
 echo "NESTED-HOST-EXIT $status" > "$out"
 sync
 poweroff -f

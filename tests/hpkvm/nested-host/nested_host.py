@@ -126,8 +126,15 @@ def build_dir():
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
-        libvirt=False, installed=False, append=()):
+        libvirt=False, installed=False, append=(), arch="x86_64"):
     """Boot the nested host, run script in it, return a Result.
+
+    arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
+    kernel on TCG's virt machine with EL2 (GICv3 with an ITS), where
+    arm64 KVM's own code runs, with the aarch64 cross build of QEMU
+    (build/aarch64) and the aarch64 test guest inside; there, kvm is
+    "stock" (no reference KVM for arm64 yet), and no IOMMU, VF, libvirt
+    or installed tree yet;
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
@@ -145,23 +152,30 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     """
     if kvm not in ("hpkvm", "stock"):
         raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
+    if arch not in ("x86_64", "aarch64"):
+        raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
+    if arch == "aarch64" and (kvm != "stock" or iommu or vfs or libvirt or
+                              installed):
+        raise ValueError("the arm64 nested host has Debian's KVM only "
+                         "(kvm='stock'), and no iommu, vfs, libvirt or "
+                         "installed yet")
     build = build or build_dir()
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
-    vmlinuz, base = image.build_base(cache, kver)
+    vmlinuz, base = image.build_base(cache, kver, arch)
     pieces = [base]
     if kvm == "hpkvm":
         pieces.append(image.build_kvm(build, kver))
     if libvirt:
         pieces.append(image.build_libvirt(cache))
-    hpkvm = image.build_hpkvm(build, os.path.join(build, "..",
-                                                  "nested-host",
-                                                  "hpkvm.cpio"))
+    hpkvm = image.build_hpkvm(build, os.path.join(
+        build, "..", "nested-host",
+        "hpkvm.cpio" if arch == "x86_64" else "hpkvm-arm64.cpio"), arch)
     if installed:
         pieces.append(image.build_installed(
             build, os.path.join(build, "..", "nested-host",
                                 "installed.cpio")))
-    qemu = os.path.join(build, "qemu-system-x86_64")
+    qemu = os.path.join(build, f"qemu-system-{arch}")
 
     with tempfile.TemporaryDirectory(prefix="nested-host-") as tmp:
         payload = os.path.join(tmp, "payload.cpio")
@@ -183,11 +197,20 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # unsynchronized"), runs on the HPET, and KVM adjusts its guests'
         # TSCs on every vCPU move.  TCG reads the one host TSC for every
         # vCPU, so it is in fact synchronized.
-        cmdline = ["console=ttyS0", "panic=-1", "quiet", "tsc=reliable",
-                   f"nested_host.vfs={vfs}",
+        cmdline = ["panic=-1", "quiet", f"nested_host.vfs={vfs}",
                    f"nested_host.vfio_vfs={vfio_vfs}",
                    f"nested_host.kvm={kvm}"]
-        machine = "q35"
+        if arch == "aarch64":
+            # EL2 for KVM (VHE: -cpu max has it), GICv3 and its ITS.
+            # pauth-impdef: TCG's architected pointer authentication
+            # (QARMA) costs much of the boot; KVM does not care which.
+            cmdline.insert(0, "console=ttyAMA0")
+            machine = "virt,virtualization=on,gic-version=3,its=on"
+            cpu = "max,pauth-impdef=on"
+        else:
+            cmdline[:0] = ["console=ttyS0", "tsc=reliable"]
+            machine = "q35"
+            cpu = "max"
         if iommu:
             cmdline.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
@@ -198,7 +221,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # seen here once in 42 boots, while the kernel set up PCI).  With
         # one thread, the TLB flush queued by the change runs before any
         # other vCPU runs again.
-        cmd = [qemu, "-accel", "tcg,thread=single", "-cpu", "max",
+        cmd = [qemu, "-accel", "tcg,thread=single", "-cpu", cpu,
                "-machine", machine,
                "-m", mem, "-smp", str(cpus), "-nodefaults",
                "-display", "none", "-no-reboot",
@@ -255,6 +278,9 @@ def main():
     r.add_argument("--vfio-vfs", type=int, default=0)
     r.add_argument("--kvm", choices=("hpkvm", "stock"), default="hpkvm",
                    help="our KVM (kvm/, the default) or Debian's")
+    r.add_argument("--arch", choices=("x86_64", "aarch64"), default="x86_64",
+                   help="the x86 nested host (default) or the arm64 one "
+                        "(which has Debian's KVM and no IOMMU)")
     r.add_argument("--append", action="append", default=[],
                    metavar="PARAM", help="a kernel parameter more (repeatable)")
     r.add_argument("--timeout", type=float, default=600)
@@ -266,7 +292,7 @@ def main():
         res = run(" ".join(args.script), cpus=args.cpus, mem=args.mem,
                   iommu=not args.no_iommu, vfs=args.vfs,
                   vfio_vfs=args.vfio_vfs, timeout=args.timeout,
-                  kvm=args.kvm, append=args.append)
+                  kvm=args.kvm, append=args.append, arch=args.arch)
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125

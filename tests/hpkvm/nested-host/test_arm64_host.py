@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Tests of hpkvm on arm64 KVM, in the arm64 nested test host.
+
+The arm64 nested host is Debian's arm64 kernel on TCG's virt machine with
+EL2 (nested_host.run(arch="aarch64")): its KVM is arm64 KVM's real code
+(VHE, vGICv3 with the ITS), Debian's, since no reference KVM exists for
+arm64 yet.  Inside run the aarch64 cross build of QEMU (build/aarch64)
+and the aarch64 test guest (tests/hpkvm/guest-arm):
+
+- the guest passes on arm64 KVM (one and three vCPUs: timer interrupts,
+  SGIs, WFI wake-ups);
+- -accel hpkvm negotiates on the first vCPU's realize (Arm's accel-CPU
+  class), finds no hpkvm extension and reports every feature's upstream
+  fallback in Arm's words; the guest passes;
+- with host-cpus=2-3, each vCPU thread runs on its leased core and
+  QEMU's other threads on the housekeeping cores, qemu-hpkvm-helper
+  isolates the cores (host IRQs moved off, the per-CPU ones reported as
+  left), exclusive-cores is the upstream mechanism; the host's IRQ
+  affinities are as before once QEMU has exited;
+- a feature the guest's machine cannot have stops QEMU with the fix:
+  vfio-irte=on without an ITS.
+
+Prints TAP.  Each test boots the arm64 nested host once (~5 s).
+"""
+
+import json
+import os
+import re
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nested_host import NestedHostError, run  # noqa: E402
+
+NESTED_TIMEOUT = 300
+
+# What a payload needs: its L2 QEMU with QMP on /tmp/qmp.sock and the
+# serial in /tmp/serial.log, each wait bounded.
+PAYLOAD_LIB = r"""
+GUEST="-M virt -cpu host -m 128 -nodefaults -display none -kernel $HPKVM_GUEST"
+start_qemu() {
+    rm -f /tmp/qmp.sock /tmp/serial.log
+    qemu-system-aarch64 "$@" $GUEST -serial file:/tmp/serial.log \
+        -qmp unix:/tmp/qmp.sock,server=on,wait=off -S &
+    qemu_pid=$!
+    i=0
+    while [ ! -S /tmp/qmp.sock ]; do
+        [ -e /proc/$qemu_pid ] || { wait $qemu_pid; echo "qemu-exited: $?"; return 1; }
+        sleep 0.1; i=$((i + 1))
+        [ $i -gt 300 ] && { echo "qemu-no-qmp"; kill -9 $qemu_pid; return 1; }
+    done
+    return 0
+}
+finish_qemu() {
+    qmp-exec /tmp/qmp.sock cont > /dev/null
+    i=0
+    while [ "$(cut -d' ' -f3 /proc/$qemu_pid/stat 2>/dev/null)" != Z ] &&
+          [ -e /proc/$qemu_pid ]; do
+        sleep 0.2; i=$((i + 1))
+        if [ $i -gt 300 ]; then
+            echo "qemu-hang: killed after 60 s"
+            kill -9 $qemu_pid
+            break
+        fi
+    done
+    wait $qemu_pid
+    echo "qemu-status: $?"
+    sed 's/^/serial: /' /tmp/serial.log | tr -d '\r'
+}
+"""
+
+tests = []
+
+
+def test(fn):
+    tests.append(fn)
+    return fn
+
+
+def lines_with(output, prefix):
+    return [line[len(prefix):] for line in output.splitlines()
+            if line.startswith(prefix)]
+
+
+def nested(script):
+    """run() in the arm64 nested host; booted once more if the nested
+    host itself failed (the emulated test bed, not what is tested)."""
+    kwargs = dict(arch="aarch64", kvm="stock", iommu=False, cpus=4,
+                  timeout=NESTED_TIMEOUT)
+    try:
+        res = run(PAYLOAD_LIB + script, **kwargs)
+    except NestedHostError as e:
+        print("# the nested host failed; booting it once more. Why:\n# "
+              + str(e).replace("\n", "\n# "), flush=True)
+        res = run(PAYLOAD_LIB + script, **kwargs)
+    assert not lines_with(res.output, "qemu-hang: "), res.output
+    return res
+
+
+def assert_passed(res, cpus):
+    """One guest's end: QEMU exited 0 and the guest said PASS with its
+    CPUs' timer interrupts and SGIs (20 each way per secondary)."""
+    assert lines_with(res.output, "qemu-status: ") == ["0"], res.output
+    want = (f"hpkvm-arm-guest: PASS cpus={cpus} timer=20 "
+            f"sgi={20 * (cpus - 1)} ")
+    assert any(line.startswith(want)
+               for line in lines_with(res.output, "serial: ")), res.output
+
+
+def hpkvm_info(res, label="hpkvm"):
+    return json.loads(lines_with(res.output, f"{label}: ")[0])["return"]
+
+
+def feature(info, name):
+    return next(f for f in info["features"] if f["feature"] == name)
+
+
+@test
+def the_aarch64_guest_passes_on_arm64_kvm():
+    for cpus in (1, 3):
+        res = nested(f"""
+start_qemu -accel kvm -smp {cpus} || exit 1
+finish_qemu
+""")
+        assert_passed(res, cpus)
+
+
+@test
+def hpkvm_negotiates_on_arm64_and_reports_arms_fallbacks():
+    res = nested(r"""
+start_qemu -accel hpkvm -smp 2 || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+finish_qemu
+""")
+    assert_passed(res, 2)
+    info = hpkvm_info(res)
+    assert info["present"] and info["negotiated"], info
+    assert info["kernel-version"] == 0 and not info["disabled-exits"], info
+    for f in info["features"]:
+        assert not f["granted"], f
+    # Arm's own words, not x86's (the LAPIC, HLT, the TSC-deadline MSR).
+    irq = feature(info, "irq-passthrough")
+    assert "no hpkvm extension" in irq["reason"], irq
+    assert "vGIC" in irq["reason"], irq
+    assert "virtual timer" in feature(info, "timer-passthrough")["reason"]
+    assert "ICC_SGI1R_EL1" in feature(info, "ipi-fastpath")["reason"]
+    assert "vLPI" in feature(info, "vfio-irte")["reason"]
+    text = json.dumps(info)
+    for x86 in ("LAPIC", "HLT", "TSC", "X86"):
+        assert x86 not in text, (x86, info)
+
+
+@test
+def hpkvm_leases_and_isolates_arm64_cores_and_restores_the_host():
+    res = nested(r"""
+affinities() {
+    for irq in /proc/irq/[0-9]*; do
+        echo "${irq##*/}=$(cat $irq/smp_affinity_list 2>/dev/null)"
+    done | sort | tr '\n' ' '
+}
+echo "before: $(affinities)"
+start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+for t in /proc/$qemu_pid/task/*; do
+    echo "thread: ${t##*/} $(grep Cpus_allowed_list $t/status | cut -f2)"
+done
+echo "during: $(affinities)"
+finish_qemu
+# The helper restores the host when QEMU's connection ends: once a
+# request of root's is served, it has seen that end; it removes its
+# journal when nothing is left to undo.
+. /etc/nested-host/helper.sh
+qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
+    echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
+i=0
+while [ -e /run/hpkvm/host.journal ] && [ $i -lt 200 ]; do
+    sleep 0.05; i=$((i + 1))
+done
+echo "journal-left: $([ -e /run/hpkvm/host.journal ] && echo yes || echo no)"
+echo "after: $(affinities)"
+""")
+    assert_passed(res, 2)
+    info = hpkvm_info(res)
+    assert info["host-cpus"] == "2-3", info
+    exclusive = feature(info, "exclusive-cores")
+    assert exclusive["mechanism"] == "upstream", exclusive
+    assert "leased core" in exclusive["reason"], exclusive
+    placement = {p["thread-id"]: p["host-cpu"] for p in info["placement"]}
+    assert sorted(placement.values()) == [2, 3], info
+    threads = dict(line.split() for line in lines_with(res.output,
+                                                        "thread: "))
+    for tid, cpus in threads.items():
+        want = str(placement[int(tid)]) if int(tid) in placement else "0-1"
+        assert cpus == want, (tid, cpus, threads, placement)
+    iso = info["isolation"]
+    assert iso["active"] and iso["method"] == "affinity", iso
+    for core in iso["cores"]:
+        assert core["irqs-moved"], core
+    before, = lines_with(res.output, "before: ")
+    during, = lines_with(res.output, "during: ")
+    after, = lines_with(res.output, "after: ")
+    assert during != before, "isolation moved no IRQ"
+    assert after == before, (before, after)
+    assert lines_with(res.output, "journal-left: ") == ["no"], res.output
+    assert not lines_with(res.output, "helper-sync-failed: "), res.output
+
+
+@test
+def a_feature_the_machine_cannot_have_stops_qemu_with_the_fix():
+    res = nested(r"""
+qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
+    -m 128 -nodefaults -display none -kernel $HPKVM_GUEST 2>&1 |
+    sed 's/^/stderr: /'
+""")
+    err = "\n".join(lines_with(res.output, "stderr: "))
+    assert re.search(r"vfio-irte=on needs a GICv3 with an ITS in the "
+                     r"guest: use -M virt,gic-version=3,its=on", err), err
+
+
+def main():
+    print(f"1..{len(tests)}")
+    failed = 0
+    for i, fn in enumerate(tests, 1):
+        name = fn.__name__.replace("_", "-")
+        try:
+            fn()
+            print(f"ok {i} - {name}", flush=True)
+        except Exception:  # report and go on to the next test
+            failed += 1
+            print("# " + traceback.format_exc().replace("\n", "\n# "))
+            print(f"not ok {i} - {name}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
