@@ -17,6 +17,9 @@
  *   their children and widened before them (kernel/cgroup/cpuset.c,
  *   validate_change()).
  *
+ * And an IRQ that /sys/kernel/irq/IRQ says is per-CPU (an Arm GIC SGI or
+ * PPI) refuses a new affinity with EIO, as the kernel does.
+ *
  * Copyright (c) 2026 The hpkvm developers
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -106,7 +109,13 @@ int hpkvm_host_fake_check_write(const HpkvmHost *h, const char *path,
     g_autofree char *mount = NULL;
     g_autofree char *dir = NULL;
     bool v2;
+    int irq, end = 0;
 
+    /* The kernel moves no per-CPU IRQ (irq_can_set_affinity_usr()). */
+    if (sscanf(path, "/proc/irq/%d/smp_affinity_list%n", &irq, &end) == 1 &&
+        end && !path[end] && hpkvm_host_irq_per_cpu(h, irq)) {
+        return -EIO;
+    }
     dir = fake_cgroup(h, path, "cpuset.cpus", &mount, &v2);
     if (!dir || v2) {
         return 0;               /* v2: the effective cpus follow by itself */

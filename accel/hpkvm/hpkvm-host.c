@@ -333,6 +333,25 @@ void hpkvm_host_nohz_full(const HpkvmHost *h, HpkvmCpuSet *cpus)
     }
 }
 
+bool hpkvm_host_irq_per_cpu(const HpkvmHost *h, int irq)
+{
+    g_autofree char *chip_path = g_strdup_printf("/sys/kernel/irq/%d/chip_name",
+                                                 irq);
+    g_autofree char *hwirq_path = g_strdup_printf("/sys/kernel/irq/%d/hwirq",
+                                                  irq);
+    g_autofree char *chip = NULL, *text = NULL;
+    unsigned hwirq;
+
+    if (hpkvm_host_read(h, chip_path, &chip) < 0 ||
+        hpkvm_host_read(h, hwirq_path, &text) < 0 ||
+        qemu_strtoui(g_strstrip(text), NULL, 10, &hwirq) < 0) {
+        return false;
+    }
+    /* SGIs 0-15 and PPIs 16-31, GICv3.1's extended PPIs 1056-1119. */
+    return g_str_has_prefix(chip, "GIC") &&
+           (hwirq < 32 || (hwirq >= 1056 && hwirq < 1120));
+}
+
 char *hpkvm_host_cpuset_mount(const HpkvmHost *h, bool *v2)
 {
     g_autofree char *mounts = NULL;

@@ -85,6 +85,13 @@ bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
                           HpkvmCpuSet *cpus, Error **errp);
 /* The host's nohz_full= cores: empty if booted without, or unreadable. */
 void hpkvm_host_nohz_full(const HpkvmHost *h, HpkvmCpuSet *cpus);
+/*
+ * Is IRQ @irq one of which every CPU has its own, which no affinity
+ * moves?  Known for the Arm GIC's: its SGIs and PPIs (the IPIs, the
+ * architected timers, the vGIC's maintenance interrupt, the PMU), as
+ * /sys/kernel/irq/IRQ names its chip and hardware number.
+ */
+bool hpkvm_host_irq_per_cpu(const HpkvmHost *h, int irq);
 
 /*
  * The cgroup hierarchy with the cpuset controller (a v1 one first, else

@@ -146,7 +146,14 @@ static void isolate_note_irq(Reconcile *r, const HpkvmCpuSet *cores, int irq,
         if (!c) {
             continue;
         }
-        if (err) {
+        if (err == -EIO && hpkvm_host_irq_per_cpu(r->h, irq)) {
+            /* The core's own: nothing to move, nothing that failed. */
+            left = g_new0(HpkvmIrqLeft, 1);
+            left->irq = irq;
+            left->handlers = g_strdup(name);
+            left->reason = g_strdup("per-CPU: each core has its own");
+            QAPI_LIST_PREPEND(c->irqs_per_cpu, left);
+        } else if (err) {
             left = g_new0(HpkvmIrqLeft, 1);
             left->irq = irq;
             left->handlers = g_strdup(name);

@@ -47,15 +47,18 @@ static void hmp_print_tasks(Monitor *mon, const char *what,
     monitor_printf(mon, "\n");
 }
 
-static void hmp_print_irqs_left(Monitor *mon, HpkvmIrqLeftList *list)
+/* "  IRQs left: 9 vgic: why; 10: why", with why unless @why is false. */
+static void hmp_print_irqs(Monitor *mon, const char *label,
+                           HpkvmIrqLeftList *list, bool why)
 {
-    monitor_printf(mon, "  IRQs left:");
+    monitor_printf(mon, "  %s:", label);
     for (; list; list = list->next) {
         HpkvmIrqLeft *irq = list->value;
 
-        monitor_printf(mon, " %" PRId64 "%s%s: %s%s", irq->irq,
+        monitor_printf(mon, " %" PRId64 "%s%s%s%s%s", irq->irq,
                        *irq->handlers ? " " : "", irq->handlers,
-                       irq->reason, list->next ? ";" : "");
+                       why ? ": " : "", why ? irq->reason : "",
+                       list->next ? (why ? ";" : ",") : "");
     }
     monitor_printf(mon, "\n");
 }
@@ -120,7 +123,11 @@ static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
             monitor_printf(mon, " %" PRId64, irq->value);
         }
         monitor_printf(mon, "\n");
-        hmp_print_irqs_left(mon, c->value->irqs_left);
+        hmp_print_irqs(mon, "IRQs left", c->value->irqs_left, true);
+        if (c->value->irqs_per_cpu) {
+            hmp_print_irqs(mon, "per-CPU IRQs (each core has its own)",
+                           c->value->irqs_per_cpu, false);
+        }
         hmp_print_tasks(mon, "per-CPU kernel threads left",
                         c->value->kthreads_left);
     }

@@ -514,6 +514,51 @@ static void test_crash_replay(void)
     g_free(none);
 }
 
+/*
+ * An arm64 host's per-CPU IRQs (GIC SGIs and PPIs) refuse an affinity
+ * (EIO): reported as the core's own, not as left; a GIC SPI that refuses
+ * it is left, with why; and none is touched.
+ */
+static void test_per_cpu_irqs(void)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) rep = NULL, off = NULL;
+    HpkvmCoreIsolation *c;
+
+    make_host(&f, CGROUP_V2);
+    /* The vGIC's maintenance PPI, an IPI (SGI 0), a moving SPI. */
+    put(&f, "/proc/irq/20/smp_affinity_list", "0-3\n");
+    put(&f, "/proc/irq/20/vgic/.keep", "");
+    put(&f, "/sys/kernel/irq/20/chip_name", "GICv3\n");
+    put(&f, "/sys/kernel/irq/20/hwirq", "25\n");
+    put(&f, "/proc/irq/21/smp_affinity_list", "0-3\n");
+    put(&f, "/sys/kernel/irq/21/chip_name", "GICv3\n");
+    put(&f, "/sys/kernel/irq/21/hwirq", "0\n");
+    put(&f, "/proc/irq/22/smp_affinity_list", "0-3\n");
+    put(&f, "/sys/kernel/irq/22/chip_name", "GICv3\n");
+    put(&f, "/sys/kernel/irq/22/hwirq", "40\n");
+
+    lease(map, "2-3", 4242);
+    rep = reconcile(&f, map, "2-3");
+    c = rep->cores->value;
+    g_assert_true(irq_left_in(c->irqs_per_cpu, 20));
+    g_assert_true(irq_left_in(c->irqs_per_cpu, 21));
+    g_assert_false(irq_left_in(c->irqs_left, 20));
+    g_assert_false(irq_left_in(c->irqs_left, 21));
+    g_assert_cmpstr(c->irqs_per_cpu->value->handlers, ==, "vgic");
+    g_assert_true(int_in(c->irqs_moved, 22));
+    g_assert_false(irq_left_in(c->irqs_per_cpu, 22));
+    assert_file(&f, "/proc/irq/20/smp_affinity_list", "0-3");
+    assert_file(&f, "/proc/irq/22/smp_affinity_list", "0-1");
+    off = reconcile(&f, none, "");
+    assert_file(&f, "/proc/irq/22/smp_affinity_list", "0-3");
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
 /* Two VMs: each one's threads lose only the other's cores. */
 static void test_two_vms(void)
 {
@@ -1002,6 +1047,7 @@ int main(int argc, char **argv)
                          test_owner_leaves_host_group);
     g_test_add_func("/hpkvm/isolate/crash-replay", test_crash_replay);
     g_test_add_func("/hpkvm/isolate/two-vms", test_two_vms);
+    g_test_add_func("/hpkvm/isolate/per-cpu-irqs", test_per_cpu_irqs);
     g_test_add_func("/hpkvm/isolate/no-affinity-op", test_no_affinity_op);
     g_test_add_func("/hpkvm/isolate/leases", test_leases);
     g_test_add_func("/hpkvm/journal/forged", test_journal_forged);

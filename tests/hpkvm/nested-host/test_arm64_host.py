@@ -15,8 +15,8 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   fallback in Arm's words; the guest passes;
 - with host-cpus=2-3, each vCPU thread runs on its leased core and
   QEMU's other threads on the housekeeping cores, qemu-hpkvm-helper
-  isolates the cores (host IRQs moved off, the per-CPU ones reported as
-  left), exclusive-cores is the upstream mechanism; the host's IRQ
+  isolates the cores (host IRQs moved off, the GIC's per-CPU ones, IPIs,
+  timers and the vGIC's, reported as per-CPU, none left), exclusive-cores is the upstream mechanism; the host's IRQ
   affinities are as before once QEMU has exited;
 - a feature the guest's machine cannot have stops QEMU with the fix:
   vfio-irte=on without an ITS.
@@ -197,6 +197,12 @@ echo "after: $(affinities)"
     assert iso["active"] and iso["method"] == "affinity", iso
     for core in iso["cores"]:
         assert core["irqs-moved"], core
+        # The GIC's SGIs and PPIs are each core's own, not failures.
+        assert not core["irqs-left"], core
+        # (/proc/irq/N names no handler of the IPIs and the host's timer.)
+        per_cpu = {i["handlers"] for i in core["irqs-per-cpu"]}
+        assert {"vgic", "kvm guest vtimer"} <= per_cpu, core
+        assert len(core["irqs-per-cpu"]) >= 10, core
     before, = lines_with(res.output, "before: ")
     during, = lines_with(res.output, "during: ")
     after, = lines_with(res.output, "after: ")
