@@ -69,9 +69,12 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 # test host runs beside it.  The x86 build has TCG's aarch64 emulator
 # (qemu-system-aarch64 above) that the arm64 nested host runs on.
 ARM_BUILD := build/aarch64
+ARM_UNIT_TESTS := accel-opts cpuset helper-policy hpnet-probe \
+	hpnet-select isolate msi
 ARM_TARGETS := qemu-system-aarch64 \
 	tools/hpkvm/qemu-hpkvm-helper \
-	tests/hpkvm/nested-host/qmp-exec
+	tests/hpkvm/nested-host/qmp-exec \
+	$(addprefix tests/unit/test-hpkvm-,$(ARM_UNIT_TESTS))
 
 .PHONY: all build configure run check bench install deb kvm arm clean
 

@@ -11,6 +11,7 @@ The image is a kernel and an initrd made of concatenated cpio pieces:
 - payload: the test's script, per run (see nested_host.py).
 """
 
+import glob
 import hashlib
 import json
 import os
@@ -240,7 +241,7 @@ def build_base(cache, kver, arch="x86_64"):
         init = f.read()
     with open(os.path.join(HERE, "helper.sh"), "rb") as f:
         helper_sh = f.read()
-    tag = _sha(kver, init, helper_sh, " ".join(modules))
+    tag = _sha(kver, arch, init, helper_sh, " ".join(modules))
     out = os.path.join(cache, f"base-{kver}-{tag}.cpio")
     vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
     if os.path.exists(out):
@@ -254,6 +255,14 @@ def build_base(cache, kver, arch="x86_64"):
     w.add_file("bin/busybox", os.path.join(bpkg, "bin", "busybox"), 0o755)
     w.add_bytes("init", init, 0o755)
     w.add_bytes("etc/nested-host/helper.sh", helper_sh)
+    if arch == "aarch64":
+        # Users as a Debian host has them, for what resolves names
+        # (hpkvm's unit tests of the helper's policy); the x86 host gets
+        # them with libvirt (build_libvirt).
+        w.add_bytes("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n"
+                    b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+                    0o644)
+        w.add_bytes("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
     order = _module_closure(moddir, modules)
     for rel in order:
         w.add_file(f"lib/modules/{kver}/{rel}", os.path.join(moddir, rel))
@@ -342,12 +351,17 @@ def hpkvm_inputs_arm64(build):
              ("hpkvm/guests/hpkvm-guest-arm.elf",
               os.path.join(build, "tests/hpkvm/guest-arm",
                            "hpkvm-guest-arm.elf"))]
+    # hpkvm's unit tests, built for aarch64 (what "make check" builds of
+    # them: the Makefile's ARM_UNIT_TESTS), run inside.
+    units = sorted(glob.glob(os.path.join(arm, "tests/unit/test-hpkvm-*")))
+    files += [(f"hpkvm/tests/{os.path.basename(u)}", u) for u in units
+              if os.path.isfile(u) and os.access(u, os.X_OK)]
     missing = [h for _, h in files if not os.path.exists(h)]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} missing: build it first "
                            f"(make)")
-    files += _sysroot_libs([qemu, helper], os.path.join(arm64_sysroot(),
-                                                         "root"))
+    files += _sysroot_libs([h for _, h in files],
+                           os.path.join(arm64_sysroot(), "root"))
     return files
 
 

@@ -18,6 +18,9 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   isolates the cores (host IRQs moved off, the GIC's per-CPU ones, IPIs,
   timers and the vGIC's, reported as per-CPU, none left), exclusive-cores is the upstream mechanism; the host's IRQ
   affinities are as before once QEMU has exited;
+- hpkvm's unit tests (cpuset, isolation and its journal, the helper's
+  policy, option folding, MSI decoding, hpnet's selector and probe),
+  built for aarch64, pass there;
 - a feature the guest's machine cannot have stops QEMU with the fix:
   vfio-irte=on without an ITS.
 
@@ -210,6 +213,30 @@ echo "after: $(affinities)"
     assert after == before, (before, after)
     assert lines_with(res.output, "journal-left: ") == ["no"], res.output
     assert not lines_with(res.output, "helper-sync-failed: "), res.output
+
+
+# hpkvm's unit tests, as the Makefile's ARM_UNIT_TESTS builds them.
+ARM_UNIT_TESTS = ["accel-opts", "cpuset", "helper-policy", "hpnet-probe",
+                  "hpnet-select", "isolate", "msi"]
+
+
+@test
+def hpkvms_unit_tests_pass_on_aarch64():
+    res = nested(r"""
+for t in /hpkvm/tests/test-hpkvm-*; do
+    echo "unit: ${t##*/} start"
+    timeout 120 $t --tap 2>&1 | sed "s|^|unit: ${t##*/} |"
+done
+""")
+    ran = {line.split()[0] for line in lines_with(res.output, "unit: ")}
+    assert ran == {f"test-hpkvm-{t}" for t in ARM_UNIT_TESTS}, res.output
+    for name in ran:
+        lines = [line.split(" ", 1)[1] for line in
+                 lines_with(res.output, "unit: ") if line.startswith(name)]
+        plan = [ln for ln in lines if re.match(r"1\.\.\d+$", ln)]
+        oks = [ln for ln in lines if re.match(r"ok \d+", ln)]
+        assert plan and len(oks) == int(plan[0][3:]), (name, lines)
+        assert not [ln for ln in lines if ln.startswith("not ok")], lines
 
 
 @test
