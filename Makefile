@@ -73,6 +73,7 @@ ARM_UNIT_TESTS := accel-opts cpuset helper-policy hpnet-probe \
 	hpnet-select isolate msi
 ARM_TARGETS := qemu-system-aarch64 \
 	tools/hpkvm/qemu-hpkvm-helper \
+	tools/hpkvm/qemu-hpkvm-check \
 	tests/hpkvm/nested-host/qmp-exec \
 	$(addprefix tests/unit/test-hpkvm-,$(ARM_UNIT_TESTS))
 

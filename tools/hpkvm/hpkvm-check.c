@@ -28,6 +28,7 @@
 #include "qobject/qlist.h"
 #include <getopt.h>
 #include <sys/ioctl.h>
+#include <sys/utsname.h>
 #include "linux/kvm.h"
 #include "linux/hpkvm.h"
 #include "accel/hpkvm/hpkvm-host.h"
@@ -56,6 +57,7 @@ typedef struct Ctx {
     bool have_cores;
     GPtrArray *sockets;         /* --vhost-user-socket */
     GPtrArray *checks;
+    bool arm64;                 /* advice for an arm64 host (--arch) */
 } Ctx;
 
 static void G_GNUC_PRINTF(5, 6)
@@ -103,7 +105,11 @@ static void check_kvm(Ctx *c)
     int fd, version;
 
     if (!check_opens(c, "/dev/kvm")) {
-        check_add(c, "kvm", FAIL, "load kvm_intel or kvm_amd (enable "
+        check_add(c, "kvm", FAIL, c->arm64 ?
+                  "have the firmware enter the kernel at EL2 (arm64 KVM is "
+                  "built in and needs it; dmesg | grep kvm says why not) "
+                  "and give QEMU's user read-write access to /dev/kvm" :
+                  "load kvm_intel or kvm_amd (enable "
                   "virtualization in the firmware) and give QEMU's user "
                   "read-write access to /dev/kvm", "no usable /dev/kvm");
         return;
@@ -128,11 +134,54 @@ static void check_kvm(Ctx *c)
     close(fd);
 }
 
+/*
+ * On arm64, a device's MSIs are translated by the GIC's ITS (no
+ * interrupt remapping unit), and reach a running vCPU without an exit as
+ * GICv4 vLPIs only where KVM is told to use them: kvm-arm.vgic_v4_enable
+ * is off by default in Linux 6.1, and is a boot parameter.
+ */
+static void check_arm_gic(Ctx *c, const char *irqs)
+{
+    g_autofree char *cmdline = check_read_trimmed(c, "/proc/cmdline");
+    g_auto(GStrv) words = g_strsplit(cmdline ?: "", " ", -1);
+
+    if (!irqs || !strstr(irqs, "ITS-")) {
+        check_add(c, "gic-its", WARN, "describe the GIC's ITS in the "
+                  "firmware (device tree or ACPI MADT)", "no MSI goes "
+                  "through a GIC ITS (no ITS- interrupts): passed-through "
+                  "MSIs need one, and GICv4 vLPIs are ITS translations");
+    } else {
+        check_add(c, "gic-its", OK, NULL, "MSIs go through the GIC's ITS");
+    }
+    if (!g_strv_contains((const char * const *)words,
+                         "kvm-arm.vgic_v4_enable=1")) {
+        check_add(c, "gicv4", INFO, "on a GICv4 host, boot with "
+                  "kvm-arm.vgic_v4_enable=1", "KVM does not map passed-"
+                  "through MSIs as GICv4 vLPIs (kvm-arm.vgic_v4_enable is "
+                  "off): each device interrupt exits to the host");
+    } else {
+        check_add(c, "gicv4", OK, NULL, "KVM maps passed-through MSIs as "
+                  "GICv4 vLPIs where the GIC has them "
+                  "(kvm-arm.vgic_v4_enable=1)");
+    }
+}
+
 static void check_iommu(Ctx *c)
 {
     g_auto(GStrv) units = hpkvm_host_list(&c->host, "/sys/class/iommu");
     g_autofree char *irqs = check_read_trimmed(c, "/proc/interrupts");
 
+    if (c->arm64) {
+        if (!units || !units[0]) {
+            check_add(c, "iommu", WARN, "enable the SMMU (SMMUv3) in the "
+                      "firmware and describe it (ACPI IORT or device tree)",
+                      "no IOMMU: no VFIO, no SR-IOV VF for guests");
+        } else {
+            check_add(c, "iommu", OK, NULL, "IOMMU %s", units[0]);
+        }
+        check_arm_gic(c, irqs);
+        return;
+    }
     if (!units || !units[0]) {
         check_add(c, "iommu", WARN, "enable VT-d or AMD-Vi in the firmware and "
                   "boot with intel_iommu=on or amd_iommu=on", "no IOMMU: no "
@@ -355,6 +404,18 @@ static void check_clocksource(Ctx *c)
 
     if (!source) {
         check_add(c, "clocksource", INFO, NULL, "no clocksource in sysfs");
+    } else if (c->arm64) {
+        /* The guest's generic timer is the host's counter, offset. */
+        if (!strcmp(source, "arch_sys_counter")) {
+            check_add(c, "clocksource", OK, NULL, "the kernel keeps time "
+                      "with the architected counter");
+        } else {
+            check_add(c, "clocksource", WARN, "see why with 'dmesg | grep "
+                      "-i arch_timer'; the firmware must describe the "
+                      "architected timer", "the kernel keeps time with %s, "
+                      "not the architected counter (arch_sys_counter), "
+                      "which guests' generic timers count", source);
+        }
     } else if (!strcmp(source, "tsc")) {
         check_add(c, "clocksource", OK, NULL, "the kernel keeps time with the "
                   "TSC");
@@ -667,7 +728,8 @@ static void check_usage(const char *name)
 {
     printf("Usage: %s [--host-cpus=LIST] [--vhost-user-socket=PATH]... "
            "[--json]\n"
-           "          [--host-root=DIR] [--state-dir=DIR]\n"
+           "          [--host-root=DIR] [--state-dir=DIR] "
+           "[--arch=x86_64|aarch64]\n"
            "Tell whether this host is ready for hpkvm, and what to fix.\n"
            "Exit status 1 if something stops hpkvm from running.\n", name);
 }
@@ -675,7 +737,7 @@ static void check_usage(const char *name)
 int main(int argc, char **argv)
 {
     enum { OPT_HOST_ROOT = 256, OPT_STATE_DIR, OPT_HOST_CPUS,
-           OPT_VHOST_USER_SOCKET, OPT_JSON };
+           OPT_VHOST_USER_SOCKET, OPT_JSON, OPT_ARCH };
     static const struct option options[] = {
         { "host-root", required_argument, NULL, OPT_HOST_ROOT },
         { "state-dir", required_argument, NULL, OPT_STATE_DIR },
@@ -683,6 +745,7 @@ int main(int argc, char **argv)
         { "vhost-user-socket", required_argument, NULL,
           OPT_VHOST_USER_SOCKET },
         { "json", no_argument, NULL, OPT_JSON },
+        { "arch", required_argument, NULL, OPT_ARCH },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -690,9 +753,12 @@ int main(int argc, char **argv)
     const char *root = "/";
     bool json = false, ready = true;
     Error *err = NULL;
+    struct utsname uts;
     int i, opt;
 
     error_init(argv[0]);
+    /* Advice for this machine's architecture unless --arch says. */
+    c.arm64 = uname(&uts) == 0 && !strcmp(uts.machine, "aarch64");
     c.checks = g_ptr_array_new();
     c.sockets = g_ptr_array_new();
     while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -715,6 +781,13 @@ int main(int argc, char **argv)
             break;
         case OPT_JSON:
             json = true;
+            break;
+        case OPT_ARCH:
+            if (strcmp(optarg, "x86_64") && strcmp(optarg, "aarch64")) {
+                error_report("--arch=%s: x86_64 or aarch64", optarg);
+                return 2;
+            }
+            c.arm64 = !strcmp(optarg, "aarch64");
             break;
         case 'h':
             check_usage(argv[0]);

@@ -246,6 +246,60 @@ def each_problem_is_found_with_its_fix():
         assert "NOT ready for hpkvm" in human.stdout, human.stdout
 
 
+def ready_arm64_host(root):
+    """ready_host() as an arm64 host has it: SMMUv3, MSIs through the
+    GIC's ITS, GICv4 vLPIs enabled, the architected counter."""
+    sock = ready_host(root)
+    w = hostlib.write
+    os.rmdir(os.path.join(root, "sys/class/iommu/dmar0"))
+    os.makedirs(os.path.join(root, "sys/class/iommu/smmu3.0x0000000009050000"))
+    w(root, "/proc/interrupts", " 40: 0 0 ITS-MSI 524288 Edge eth1\n")
+    w(root, "/proc/cmdline", "console=ttyAMA0 kvm-arm.vgic_v4_enable=1\n")
+    w(root, "/sys/devices/system/clocksource/clocksource0/"
+      "current_clocksource", "arch_sys_counter\n")
+    return sock
+
+
+@tests.case
+def an_arm64_host_gets_arm64s_advice():
+    """--arch=aarch64 (this machine's own architecture otherwise): the
+    SMMU, the GIC's ITS and GICv4 vLPIs, the architected counter, EL2;
+    none of x86's (VT-d, interrupt remapping, the TSC)."""
+    with tempfile.TemporaryDirectory() as root:
+        sock = ready_arm64_host(root)
+        helper = hostlib.Helper(root)
+        try:
+            rc, ready, by = check(root, "--arch=aarch64", "--host-cpus=2-3",
+                                  "--vhost-user-socket=/run/vs0")
+        finally:
+            helper.stop()
+            sock.close()
+        bad = {i: c for i, cs in by.items() for c in cs
+               if c["verdict"] not in ("ok", "info")}
+        assert rc == 0 and ready and not bad, (rc, bad)
+        for cid in ("gic-its", "gicv4", "clocksource", "iommu"):
+            assert by[cid][0]["verdict"] == "ok", by[cid]
+        assert "irq-remapping" not in by, by["irq-remapping"]
+
+        r = lambda p: os.path.join(root, p.lstrip("/"))  # noqa: E731
+        os.unlink(r("/dev/kvm"))
+        os.rmdir(r("/sys/class/iommu/smmu3.0x0000000009050000"))
+        hostlib.write(root, "/proc/interrupts", " 40: 0 0 GICv3 40 eth1\n")
+        hostlib.write(root, "/proc/cmdline", "console=ttyAMA0\n")
+        hostlib.write(root, "/sys/devices/system/clocksource/clocksource0/"
+                      "current_clocksource", "jiffies\n")
+        rc, ready, by = check(root, "--arch=aarch64", "--host-cpus=2-3")
+        assert rc == 1 and not ready, rc
+        expect(by, "kvm", "fail", "enter the kernel at EL2")
+        expect(by, "iommu", "warn", "SMMUv3")
+        expect(by, "gic-its", "warn", "ITS")
+        expect(by, "gicv4", "info", "kvm-arm.vgic_v4_enable=1")
+        expect(by, "clocksource", "warn", "architected timer")
+        text = json.dumps(by)
+        for x86 in ("intel_iommu", "intremap", "tsc=reliable", "kvm_amd"):
+            assert x86 not in text, (x86, by)
+
+
 @tests.case
 def bad_options_are_refused():
     res = subprocess.run([CHECK, "--host-cpus=5-2"], capture_output=True,
@@ -254,6 +308,10 @@ def bad_options_are_refused():
     res = subprocess.run([CHECK, "--frobnicate"], capture_output=True,
                          text=True, timeout=30)
     assert res.returncode == 2 and "--frobnicate" in res.stderr, res.stderr
+    res = subprocess.run([CHECK, "--arch=sparc"], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 2 and "x86_64 or aarch64" in res.stderr, \
+        res.stderr
 
 
 def main():

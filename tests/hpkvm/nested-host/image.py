@@ -346,6 +346,8 @@ def hpkvm_inputs_arm64(build):
     helper = os.path.join(arm, "tools/hpkvm/qemu-hpkvm-helper")
     files = [("hpkvm/bin/qemu-system-aarch64", qemu),
              ("hpkvm/bin/qemu-hpkvm-helper", helper),
+             ("hpkvm/bin/qemu-hpkvm-check",
+              os.path.join(arm, "tools/hpkvm/qemu-hpkvm-check")),
              ("hpkvm/bin/qmp-exec",
               os.path.join(arm, "tests/hpkvm/nested-host/qmp-exec")),
              ("hpkvm/guests/hpkvm-guest-arm.elf",

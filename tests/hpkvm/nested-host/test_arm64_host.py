@@ -18,6 +18,8 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   isolates the cores (host IRQs moved off, the GIC's per-CPU ones, IPIs,
   timers and the vGIC's, reported as per-CPU, none left), exclusive-cores is the upstream mechanism; the host's IRQ
   affinities are as before once QEMU has exited;
+- qemu-hpkvm-check advises as for an arm64 host (the architected
+  counter, GICv4 vLPIs), not x86's;
 - hpkvm's unit tests (cpuset, isolation and its journal, the helper's
   policy, option folding, MSI decoding, hpnet's selector and probe),
   built for aarch64, pass there;
@@ -213,6 +215,21 @@ echo "after: $(affinities)"
     assert after == before, (before, after)
     assert lines_with(res.output, "journal-left: ") == ["no"], res.output
     assert not lines_with(res.output, "helper-sync-failed: "), res.output
+
+
+@test
+def qemu_hpkvm_check_gives_arm64s_advice_on_an_arm64_host():
+    res = nested(r"""
+echo "check: $(qemu-hpkvm-check --json | tr -d '\n')"
+""")
+    by = {c["id"]: c for c in json.loads(lines_with(res.output,
+                                                    "check: ")[0])["checks"]}
+    assert by["kvm"]["verdict"] == "ok", by["kvm"]
+    assert by["clocksource"]["verdict"] == "ok", by["clocksource"]
+    assert "architected counter" in by["clocksource"]["message"], by
+    # Booted without kvm-arm.vgic_v4_enable=1.
+    assert by["gicv4"]["verdict"] == "info", by["gicv4"]
+    assert "irq-remapping" not in by, by
 
 
 # hpkvm's unit tests, as the Makefile's ARM_UNIT_TESTS builds them.
