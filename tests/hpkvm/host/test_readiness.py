@@ -68,6 +68,17 @@ def ready_host(root):
     return sock
 
 
+def check_with_helper(root, sock, *args):
+    """check() with a helper serving the tree, and its vhost-user peer
+    (sock) closed after."""
+    helper = hostlib.Helper(root)
+    try:
+        return check(root, *args)
+    finally:
+        helper.stop()
+        sock.close()
+
+
 def check(root, *args):
     res = subprocess.run([CHECK, f"--host-root={root}", "--json", *args],
                          capture_output=True, timeout=30)
@@ -81,14 +92,9 @@ def check(root, *args):
 @tests.case
 def a_ready_host_passes():
     with tempfile.TemporaryDirectory() as root:
-        sock = ready_host(root)
-        helper = hostlib.Helper(root)
-        try:
-            rc, ready, by = check(root, "--host-cpus=2-3",
-                                  "--vhost-user-socket=/run/vs0")
-        finally:
-            helper.stop()
-            sock.close()
+        rc, ready, by = check_with_helper(root, ready_host(root),
+                                          "--host-cpus=2-3",
+                                          "--vhost-user-socket=/run/vs0")
         bad = {i: c for i, cs in by.items() for c in cs
                if c["verdict"] not in ("ok", "info")}
         assert rc == 0 and ready and not bad, (rc, bad)
@@ -266,14 +272,10 @@ def an_arm64_host_gets_arm64s_advice():
     SMMU, the GIC's ITS and GICv4 vLPIs, the architected counter, EL2;
     none of x86's (VT-d, interrupt remapping, the TSC)."""
     with tempfile.TemporaryDirectory() as root:
-        sock = ready_arm64_host(root)
-        helper = hostlib.Helper(root)
-        try:
-            rc, ready, by = check(root, "--arch=aarch64", "--host-cpus=2-3",
-                                  "--vhost-user-socket=/run/vs0")
-        finally:
-            helper.stop()
-            sock.close()
+        rc, ready, by = check_with_helper(root, ready_arm64_host(root),
+                                          "--arch=aarch64",
+                                          "--host-cpus=2-3",
+                                          "--vhost-user-socket=/run/vs0")
         bad = {i: c for i, cs in by.items() for c in cs
                if c["verdict"] not in ("ok", "info")}
         assert rc == 0 and ready and not bad, (rc, bad)

@@ -33,9 +33,11 @@ import json
 import os
 import re
 import sys
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "host"))
+import hostlib  # noqa: E402
 from nested_host import NestedHostError, run  # noqa: E402
 
 NESTED_TIMEOUT = 300
@@ -75,12 +77,7 @@ finish_qemu() {
 }
 """
 
-tests = []
-
-
-def test(fn):
-    tests.append(fn)
-    return fn
+tests = hostlib.TapSuite()
 
 
 def lines_with(output, prefix):
@@ -121,7 +118,7 @@ def feature(info, name):
     return next(f for f in info["features"] if f["feature"] == name)
 
 
-@test
+@tests.case
 def the_aarch64_guest_passes_on_arm64_kvm():
     for cpus in (1, 3):
         res = nested(f"""
@@ -131,7 +128,7 @@ finish_qemu
         assert_passed(res, cpus)
 
 
-@test
+@tests.case
 def hpkvm_negotiates_on_arm64_and_reports_arms_fallbacks():
     res = nested(r"""
 start_qemu -accel hpkvm -smp 2 || exit 1
@@ -156,7 +153,7 @@ finish_qemu
         assert x86 not in text, (x86, info)
 
 
-@test
+@tests.case
 def hpkvm_leases_and_isolates_arm64_cores_and_restores_the_host():
     res = nested(r"""
 affinities() {
@@ -217,7 +214,7 @@ echo "after: $(affinities)"
     assert not lines_with(res.output, "helper-sync-failed: "), res.output
 
 
-@test
+@tests.case
 def qemu_hpkvm_check_gives_arm64s_advice_on_an_arm64_host():
     res = nested(r"""
 echo "check: $(qemu-hpkvm-check --json | tr -d '\n')"
@@ -237,7 +234,7 @@ ARM_UNIT_TESTS = ["accel-opts", "cpuset", "helper-policy", "hpnet-probe",
                   "hpnet-select", "isolate", "msi"]
 
 
-@test
+@tests.case
 def hpkvms_unit_tests_pass_on_aarch64():
     res = nested(r"""
 for t in /hpkvm/tests/test-hpkvm-*; do
@@ -256,7 +253,7 @@ done
         assert not [ln for ln in lines if ln.startswith("not ok")], lines
 
 
-@test
+@tests.case
 def a_feature_the_machine_cannot_have_stops_qemu_with_the_fix():
     res = nested(r"""
 qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
@@ -269,18 +266,7 @@ qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
 
 
 def main():
-    print(f"1..{len(tests)}")
-    failed = 0
-    for i, fn in enumerate(tests, 1):
-        name = fn.__name__.replace("_", "-")
-        try:
-            fn()
-            print(f"ok {i} - {name}", flush=True)
-        except Exception:  # report and go on to the next test
-            failed += 1
-            print("# " + traceback.format_exc().replace("\n", "\n# "))
-            print(f"not ok {i} - {name}", flush=True)
-    return 1 if failed else 0
+    return tests.run()
 
 
 if __name__ == "__main__":
