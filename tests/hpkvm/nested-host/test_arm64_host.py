@@ -18,6 +18,8 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   isolates the cores (host IRQs moved off, the GIC's per-CPU ones, IPIs,
   timers and the vGIC's, reported as per-CPU, none left), exclusive-cores is the upstream mechanism; the host's IRQ
   affinities are as before once QEMU has exited;
+- a SIGKILLed hpkvm VM leaves the host as it was (the helper undoes its
+  isolation) and the next VM leases the same cores;
 - qemu-hpkvm-check advises as for an arm64 host (the architected
   counter, GICv4 vLPIs), not x86's;
 - hpkvm's unit tests (cpuset, isolation and its journal, the helper's
@@ -212,6 +214,47 @@ echo "after: $(affinities)"
     assert after == before, (before, after)
     assert lines_with(res.output, "journal-left: ") == ["no"], res.output
     assert not lines_with(res.output, "helper-sync-failed: "), res.output
+
+
+@tests.case
+def a_sigkilled_arm64_vm_leaves_the_host_as_it_was():
+    """QEMU killed mid-run: the helper alone undoes its isolation (no
+    qemu-hpkvm-recover), and the cores lease again at once."""
+    res = nested(r"""
+affinities() {
+    for irq in /proc/irq/[0-9]*; do
+        echo "${irq##*/}=$(cat $irq/smp_affinity_list 2>/dev/null)"
+    done | sort | tr '
+' ' '
+}
+echo "before: $(affinities)"
+start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
+echo "during: $(affinities)"
+# Killed while its guest runs (the guest's checks take longer than this).
+qmp-exec /tmp/qmp.sock cont > /dev/null
+kill -9 $qemu_pid
+wait $qemu_pid
+. /etc/nested-host/helper.sh
+qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
+    echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
+i=0
+while [ -e /run/hpkvm/host.journal ] && [ $i -lt 200 ]; do
+    sleep 0.05; i=$((i + 1))
+done
+echo "journal-left: $([ -e /run/hpkvm/host.journal ] && echo yes || echo no)"
+echo "after: $(affinities)"
+start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
+finish_qemu
+""")
+    before, = lines_with(res.output, "before: ")
+    during, = lines_with(res.output, "during: ")
+    after, = lines_with(res.output, "after: ")
+    assert during != before, "isolation moved no IRQ"
+    assert after == before, (before, after)
+    assert lines_with(res.output, "journal-left: ") == ["no"], res.output
+    assert not lines_with(res.output, "helper-sync-failed: "), res.output
+    # The next VM leases the same cores and runs.
+    assert_passed(res, 2)
 
 
 @tests.case
