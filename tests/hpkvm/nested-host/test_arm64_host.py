@@ -77,6 +77,27 @@ finish_qemu() {
     echo "qemu-status: $?"
     sed 's/^/serial: /' /tmp/serial.log | tr -d '\r'
 }
+# Every IRQ's affinity, on one line: "N=LIST N=LIST ...".
+affinities() {
+    for irq in /proc/irq/[0-9]*; do
+        echo "${irq##*/}=$(cat $irq/smp_affinity_list 2>/dev/null)"
+    done | sort | tr '\n' ' '
+}
+# Once QEMU has gone: wait for the helper to have undone its changes
+# (once a request of root's is served, it has seen QEMU's connection
+# end; it removes its journal when nothing is left to undo), then print
+# "journal-left: " and "after: " affinities.
+host_after_qemu() {
+    . /etc/nested-host/helper.sh
+    qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
+        echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
+    i=0
+    while [ -e /run/hpkvm/host.journal ] && [ $i -lt 200 ]; do
+        sleep 0.05; i=$((i + 1))
+    done
+    echo "journal-left: $([ -e /run/hpkvm/host.journal ] && echo yes || echo no)"
+    echo "after: $(affinities)"
+}
 """
 
 tests = hostlib.TapSuite()
@@ -110,6 +131,19 @@ def assert_passed(res, cpus):
             f"sgi={20 * (cpus - 1)} ")
     assert any(line.startswith(want)
                for line in lines_with(res.output, "serial: ")), res.output
+
+
+def assert_host_restored(res):
+    """The payload's "before: ", "during: " (QEMU up) and "after: " IRQ
+    affinities (host_after_qemu): isolation moved some, and the helper
+    put every one back and left no journal."""
+    before, = lines_with(res.output, "before: ")
+    during, = lines_with(res.output, "during: ")
+    after, = lines_with(res.output, "after: ")
+    assert during != before, "isolation moved no IRQ"
+    assert after == before, (before, after)
+    assert lines_with(res.output, "journal-left: ") == ["no"], res.output
+    assert not lines_with(res.output, "helper-sync-failed: "), res.output
 
 
 def hpkvm_info(res, label="hpkvm"):
@@ -158,11 +192,6 @@ finish_qemu
 @tests.case
 def hpkvm_leases_and_isolates_arm64_cores_and_restores_the_host():
     res = nested(r"""
-affinities() {
-    for irq in /proc/irq/[0-9]*; do
-        echo "${irq##*/}=$(cat $irq/smp_affinity_list 2>/dev/null)"
-    done | sort | tr '\n' ' '
-}
 echo "before: $(affinities)"
 start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
@@ -171,18 +200,7 @@ for t in /proc/$qemu_pid/task/*; do
 done
 echo "during: $(affinities)"
 finish_qemu
-# The helper restores the host when QEMU's connection ends: once a
-# request of root's is served, it has seen that end; it removes its
-# journal when nothing is left to undo.
-. /etc/nested-host/helper.sh
-qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
-    echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
-i=0
-while [ -e /run/hpkvm/host.journal ] && [ $i -lt 200 ]; do
-    sleep 0.05; i=$((i + 1))
-done
-echo "journal-left: $([ -e /run/hpkvm/host.journal ] && echo yes || echo no)"
-echo "after: $(affinities)"
+host_after_qemu
 """)
     assert_passed(res, 2)
     info = hpkvm_info(res)
@@ -207,13 +225,7 @@ echo "after: $(affinities)"
         per_cpu = {i["handlers"] for i in core["irqs-per-cpu"]}
         assert {"vgic", "kvm guest vtimer"} <= per_cpu, core
         assert len(core["irqs-per-cpu"]) >= 10, core
-    before, = lines_with(res.output, "before: ")
-    during, = lines_with(res.output, "during: ")
-    after, = lines_with(res.output, "after: ")
-    assert during != before, "isolation moved no IRQ"
-    assert after == before, (before, after)
-    assert lines_with(res.output, "journal-left: ") == ["no"], res.output
-    assert not lines_with(res.output, "helper-sync-failed: "), res.output
+    assert_host_restored(res)
 
 
 @tests.case
@@ -221,12 +233,6 @@ def a_sigkilled_arm64_vm_leaves_the_host_as_it_was():
     """QEMU killed mid-run: the helper alone undoes its isolation (no
     qemu-hpkvm-recover), and the cores lease again at once."""
     res = nested(r"""
-affinities() {
-    for irq in /proc/irq/[0-9]*; do
-        echo "${irq##*/}=$(cat $irq/smp_affinity_list 2>/dev/null)"
-    done | sort | tr '
-' ' '
-}
 echo "before: $(affinities)"
 start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
 echo "during: $(affinities)"
@@ -234,25 +240,11 @@ echo "during: $(affinities)"
 qmp-exec /tmp/qmp.sock cont > /dev/null
 kill -9 $qemu_pid
 wait $qemu_pid
-. /etc/nested-host/helper.sh
-qmp-exec -l $HELPER_SOCK '{"execute": "reconcile"}' > /dev/null ||
-    echo "helper-sync-failed: $(tail -n 3 $HELPER_LOG)"
-i=0
-while [ -e /run/hpkvm/host.journal ] && [ $i -lt 200 ]; do
-    sleep 0.05; i=$((i + 1))
-done
-echo "journal-left: $([ -e /run/hpkvm/host.journal ] && echo yes || echo no)"
-echo "after: $(affinities)"
+host_after_qemu
 start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1 -smp 2 || exit 1
 finish_qemu
 """)
-    before, = lines_with(res.output, "before: ")
-    during, = lines_with(res.output, "during: ")
-    after, = lines_with(res.output, "after: ")
-    assert during != before, "isolation moved no IRQ"
-    assert after == before, (before, after)
-    assert lines_with(res.output, "journal-left: ") == ["no"], res.output
-    assert not lines_with(res.output, "helper-sync-failed: "), res.output
+    assert_host_restored(res)
     # The next VM leases the same cores and runs.
     assert_passed(res, 2)
 
