@@ -4,7 +4,8 @@
 #   make        configure (first time) and build
 #   make run    build and boot the built-in guest under -accel hpkvm
 #   make check  build and run hpkvm's unit tests and qtests
-#   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census
+#   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census (here,
+#               and in the x86 and arm64 nested test hosts)
 #   make install  install QEMU, its firmware and tools, hpkvm's tools and
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
@@ -104,10 +105,13 @@ check: $(BUILD)/build.ninja configure
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
-# nested test host; a table, build/bench/results.json and ratios.png.
+# nested test hosts (x86 and arm64); a table per host,
+# build/bench/results.json and ratios.png.
 bench: build
 	ninja -C $(BUILD) tests/hpkvm/nested-host/qmp-exec \
-		tests/hpkvm/nested-host/tap-open
+		tests/hpkvm/nested-host/tap-open qemu-system-aarch64 \
+		tests/hpkvm/guest-arm/hpkvm-guest-arm.elf
+	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
 	@scripts/hpkvm/install-deps.sh --bench
 	@/usr/bin/python3 scripts/hpkvm/bench.py $(BUILD) $(BENCH_ARGS)
 

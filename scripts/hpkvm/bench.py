@@ -2,24 +2,28 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """make bench: the seed's micro-benchmarks and an exit census, -accel kvm
 and -accel hpkvm side by side (and -accel tcg as a reference), alternating
-in one run, on this machine's KVM and in the nested test host.
+in one run, on this machine's KVM, in the nested test host and in the
+arm64 nested test host.
 
 For each workload of the test guest's bench mode (tests/hpkvm/guest/
-bench.c) it reports latency (min / median / p99, TSC cycles converted to
-ns with the guest's TSC frequency) and the VM exits per operation by
-reason, from KVM's binary statistics (query-stats) read while the VM is
-stopped at the workload's boundaries.  The guest stops the VM itself
-there (a pvpanic write, with -action panic=pause: the VM stops at that
-write's exit), so a frame holds its workload's exits plus exactly one
-I/O exit, its end boundary's, which is subtracted; an empty workload
-("null") checks that.  It prints one table, writes
-the raw results as JSON and, when matplotlib is there, a PNG chart of the
-hpkvm/kvm ratios.  Benchmarks never fail on a slow machine: only a
-broken run (no result, a boundary that costs other than one exit) is an
-error.
+bench.c; on arm64 tests/hpkvm/guest-arm/bench.c) it reports latency
+(min / median / p99, TSC or virtual counter ticks converted to ns with
+the guest's view of their frequency) and the VM exits per operation by
+reason, in all and for vCPU 0 (the sender of IPIs) and the other vCPUs
+(their receivers), from KVM's binary statistics (query-stats) read while
+the VM is stopped at the workload's boundaries.  The guest stops the VM
+itself there (a pvpanic write, with -action panic=pause: the VM stops at
+that write's exit), so a frame holds its workload's exits plus exactly
+one exit, its end boundary's (an I/O exit on x86, an MMIO one on arm64),
+which is subtracted; an empty workload ("null") checks that.  It prints
+one table per host, writes the raw results as JSON and, when matplotlib
+is there, a PNG chart of the hpkvm/kvm ratios.  Benchmarks never fail on
+a slow machine: only a broken run (no result, a boundary that costs
+other than one exit) is an error.
 
   bench.py BUILD [--tiny] [--out DIR] [--reps N] [--samples N]
-           [--no-nested] [--no-local] [--no-tcg]
+           [--hosts local,nested,nested-arm64] [--no-nested] [--no-local]
+           [--no-arm] [--no-tcg]
 """
 
 import argparse
@@ -40,21 +44,83 @@ sys.path.insert(0, os.path.join(ROOT, "tests/hpkvm/nested-host"))
 
 STATS = {"execute": "query-stats",
          "arguments": {"target": "vcpu", "providers": [{"provider": "kvm"}]}}
-# Exits the host caused (its interrupts, QEMU's kicks), not the guest.
-HOST_CAUSED = ("irq_exits", "signal_exits", "request_irq_exits")
-# Of those, the VM exits that KVM's "exits" counts: signal_exits and
-# request_irq_exits are returns to QEMU, not VM exits (subtracting them
-# made the guest's exits negative).
-HOST_VM_EXITS = ("irq_exits",)
-# What a frame boundary itself costs: the pvpanic write's exit, as
-# hardware files it (the null frame says how this KVM does).
-BOUNDARY = {"exits": 1, "io_exits": 1, "guest_exits": 1}
-# The guest stops itself at each boundary (see tests/hpkvm/guest/bench.c).
-BOUNDARY_ARGS = ["-device", "pvpanic", "-action", "panic=pause"]
-# The exits a reader cares about, by KVM's statistic names.
-REASONS = ("halt_exits", "irq_exits", "io_exits", "mmio_exits",
-           "signal_exits", "irq_window_exits", "nmi_window_exits",
-           "request_irq_exits", "insn_emulation", "hypercalls")
+# What differs between the architectures' guests and KVMs.
+#
+# host_caused: exits the host caused (its interrupts, QEMU's kicks), not
+# the guest; host_vm_exits: of those, the VM exits that KVM's "exits"
+# counts (x86: signal_exits and request_irq_exits are returns to QEMU,
+# not VM exits: subtracting them made the guest's exits negative).
+# boundary: what a frame boundary itself costs, the pvpanic write's
+# exit, as hardware files it (the null frame says how this KVM does).
+# reasons: the exits a reader cares about, by KVM's statistic names.
+ARCHES = {
+    "x86_64": {
+        "host_caused": ("irq_exits", "signal_exits", "request_irq_exits"),
+        "host_vm_exits": ("irq_exits",),
+        "boundary": {"exits": 1, "io_exits": 1, "guest_exits": 1},
+        # The guest stops itself at each boundary (tests/hpkvm/guest/
+        # bench.c).
+        "boundary_args": ["-device", "pvpanic", "-action", "panic=pause"],
+        "reasons": ("halt_exits", "irq_exits", "io_exits", "mmio_exits",
+                    "signal_exits", "irq_window_exits", "nmi_window_exits",
+                    "request_irq_exits", "insn_emulation", "hypercalls"),
+        "qemu": "qemu-system-x86_64",
+        "guest": '-machine pc -smp %(smp)d -m 64 -kernel "$HPKVM_GUEST" '
+                 '-append "bench=%(samples)d bench-idle=%(idle)d" '
+                 '-device isa-debug-exit,iobase=0xf4,iosize=0x04',
+        # isa-debug-exit's status for the guest's PASS.
+        "passed": 1,
+        "smp": 3,
+        "accel": {"kvm": "-accel kvm -cpu host",
+                  "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
+                           "-cpu host"},
+        "nested": {},
+        "host": "nested",
+        "exits_meaning": "VM exits the guest caused (all VM exits but "
+                         "host interrupts)",
+    },
+    # Linux 6.1's arm64 KVM counts every exit in "exits" and names only
+    # some traps: HVC, WFI, WFE, MMIO; its kvm_exit tracepoint says of
+    # each exit whether it was an IRQ (a host interrupt, the guest's own
+    # virtual timer expiring, a kick) or a trap of which class (SYS64:
+    # a system register, ICC_SGI1R_EL1 for an SGI), which bench.py
+    # counts beside the statistics.  QEMU's kick of a vCPU shows as one
+    # signal_exit, and as one exit, where it interrupted the guest or
+    # where the vCPU it woke from WFI goes back into WFI: the null frame
+    # checks that subtracting one exit per signal_exit is exact.
+    "aarch64": {
+        "host_caused": ("signal_exits",),
+        "host_vm_exits": ("signal_exits",),
+        "boundary": {"exits": 1, "dabt_traps": 1, "guest_exits": 1},
+        # tests/hpkvm/guest-arm/bench.c
+        "boundary_args": ["-device", "pvpanic-pci", "-action",
+                          "panic=pause"],
+        # The statistics' HVC, WFx and MMIO counts are the tracepoint's
+        # classes again (TRACE_CLASSES), so only kicks come from them.
+        "reasons": ("signal_exits",),
+        # Every exit's class from the kvm_exit tracepoint (TRACE_SHELL).
+        "trace": True,
+        "qemu": "qemu-system-aarch64",
+        "guest": '-M virt,highmem-ecam=off -smp %(smp)d -m 128 '
+                 '-kernel "$HPKVM_GUEST" '
+                 '-fw_cfg name=opt/org.hpkvm/bench,string=%(samples)d',
+        # PSCI SYSTEM_OFF; the serial says whether it passed.
+        "passed": 0,
+        "smp": 2,
+        "accel": {"kvm": "-accel kvm -cpu host",
+                  "hpkvm": "-accel hpkvm,host-cpus=2-3,"
+                           "housekeeping-cpus=0-1 -cpu host"},
+        # nohz_full on the cores hpkvm leases, as hpkvm-arm.rst tells an
+        # operator of a stock arm64 kernel (no dynamic-nohz there).
+        "nested": {"arch": "aarch64", "kvm": "stock", "iommu": False,
+                   "append": ("nohz_full=2-3",)},
+        "host": "nested-arm64",
+        "exits_meaning": "VM exits less QEMU's kicks (host interrupts "
+                         "included, as irq: no architected way to tell "
+                         "the guest's timer's from the host's)",
+    },
+}
+X86 = ARCHES["x86_64"]
 CPU = {"kvm": "host,-arch-capabilities", "hpkvm": "host,-arch-capabilities",
        "tcg": "max"}
 HOSTS = {
@@ -62,6 +128,9 @@ HOSTS = {
              "noisy, exits emulated differently from hardware)",
     "nested": "the nested test host's KVM (real SVM exit semantics: exit "
               "counts meaningful, timings not: it runs under TCG)",
+    "nested-arm64": "the arm64 nested test host's KVM (Debian's arm64 KVM, "
+                    "VHE, vGICv3, under TCG: exit counts real, timings "
+                    "not)",
 }
 
 
@@ -70,7 +139,15 @@ HOSTS_SHORT = {
              "counts emulated",
     "nested": "nested test host (KVM under TCG): exit counts real, "
               "timings not",
+    "nested-arm64": "arm64 nested test host (arm64 KVM under TCG): exit "
+                    "counts real, timings not",
 }
+# Which architecture each host's guests are.
+HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"]}
+# Workloads whose operation is an IPI from vCPU 0: their exits also
+# split into the sender's and the receivers'.
+IPI_WORKLOADS = ("ipi-unicast", "ipi-multicast", "hlt-wake", "sgi-spin",
+                 "sgi-wfi")
 
 
 def read(path):
@@ -96,7 +173,7 @@ def run_local(build, accel, samples, idle, smp, tmp):
            "-kernel", guest, "-append", f"bench={samples} bench-idle={idle}",
            "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
            "-serial", f"file:{serial}",
-           "-qmp", f"unix:{sock},server=on,wait=off", *BOUNDARY_ARGS]
+           "-qmp", f"unix:{sock},server=on,wait=off", *X86["boundary_args"]]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     frames = []
@@ -109,6 +186,7 @@ def run_local(build, accel, samples, idle, smp, tmp):
             raise RuntimeError(f"{accel}: QEMU exited before QMP answered: "
                                f"{proc.stderr.read()[-500:]}")
         info = mon.cmd("query-hpkvm")
+        cpus = mon.cmd("query-cpus-fast")
         mon.cmd("cont")
         k, edge = 0, "begin"
         while proc.poll() is None and time.monotonic() < deadline:
@@ -137,60 +215,96 @@ def run_local(build, accel, samples, idle, smp, tmp):
     if status != 1:
         raise RuntimeError(f"{accel}: guest did not pass (status {status}): "
                            f"{text[-500:]} {proc.stderr.read()[-500:]}")
-    return parse(text, frames, info)
+    return parse(text, frames, info, X86, cpus)
 
 
-def vcpu_totals(stats):
-    """{stat: value summed over vCPUs} of one query-stats answer."""
-    out = {}
-    for vcpu in stats:
-        for s in vcpu["stats"]:
-            if isinstance(s["value"], int):
-                out[s["name"]] = out.get(s["name"], 0) + s["value"]
+def vcpu_values(stats, cpus):
+    """[{stat: value} per vCPU index] of one query-stats answer (whose
+    order is not the vCPUs'), by query-cpus-fast's @cpus."""
+    index = {c["qom-path"]: c["cpu-index"] for c in cpus}
+    out = [{} for _ in stats]
+    for n, vcpu in enumerate(stats):
+        i = index.get(vcpu.get("qom-path"), n) if cpus else n
+        out[i] = {s["name"]: s["value"] for s in vcpu["stats"]
+                  if isinstance(s["value"], int)}
     return out
 
 
-def parse(text, frames, info):
-    """Results by workload: cycles, and exit deltas per operation."""
+def frame_exits(begin, end, arch):
+    """One vCPU's exits in a frame: every exit statistic's delta, the
+    guest's own (guest_exits: less the host's VM exits) and, where KVM
+    names only some of them, the rest (other_exits)."""
+    d = {s: end[s] - begin.get(s, 0) for s in end
+         if s == "exits" or s in arch["reasons"]}
+    d["guest_exits"] = d.get("exits", 0) - sum(
+        d.get(s, 0) for s in arch["host_vm_exits"])
+    return d
+
+
+def add_exits(dicts):
+    out = {}
+    for d in dicts:
+        for s, v in d.items():
+            out[s] = out.get(s, 0) + v
+    return out
+
+
+def parse(text, frames, info, arch=X86, cpus=(), trace=None):
+    """Results by workload: latency, and exit deltas per operation, in
+    all and per vCPU (vCPU 0 sends the IPIs, the others receive)."""
     lines = [ln for ln in text.splitlines() if ln.startswith("hpkvm-bench")]
-    head = [ln for ln in lines if "tsc-khz=" in ln][0]
+    head = [ln for ln in lines if "-khz=" in ln][0]
     fields = dict(f.split("=") for f in head.split()[1:])
-    khz = int(fields["tsc-khz"])
+    khz = int(fields.get("tsc-khz") or fields["counter-khz"])
     results = [ln.split()[2:] for ln in lines if " result " in ln]
     by_frame = {}
     for k, edge, stats in frames:
-        by_frame.setdefault(k, {})[edge] = vcpu_totals(stats)
-    out = {"tsc_khz": khz, "tsc_source": fields["source"],
+        by_frame.setdefault(k, {})[edge] = vcpu_values(stats, cpus)
+    out = {"clock_khz": khz, "clock_source": fields["source"],
            "cpus": int(fields["cpus"]),
            "notes": [ln.split(" note ", 1)[1] for ln in lines
                      if " note " in ln],
-           "hpkvm": info, "workloads": {}}
+           "hpkvm": info, "workloads": {}, "boundary_extra": {}}
     for k, res in enumerate(results):
         name = res[0]
         vals = dict(f.split("=") for f in res[1:])
         w = {key: int(vals[key]) for key in ("n", "min", "median", "p99")}
         fr = by_frame.get(k, {})
         if "begin" in fr and "end" in fr and fr["begin"]:
-            w["exits"] = {s: fr["end"][s] - fr["begin"].get(s, 0)
-                          for s in fr["end"]
-                          if s == "exits" or s in REASONS}
-            w["exits"]["guest_exits"] = w["exits"]["exits"] - sum(
-                w["exits"].get(s, 0) for s in HOST_VM_EXITS)
+            w["exits_by_vcpu"] = [frame_exits(b, e, arch) for b, e in
+                                  zip(fr["begin"], fr["end"])]
+            if trace is not None:
+                # The tracepoint's classes beside the statistics, which
+                # must count the same exits.
+                for i, (d, t) in enumerate(zip(w["exits_by_vcpu"],
+                                               trace.get(k, []))):
+                    d.update(t)
+                    if sum(t.values()) != d.get("exits", 0):
+                        out["boundary_extra"][f"{name}:vcpu{i}:traced"] = \
+                            sum(t.values()) - d.get("exits", 0)
+            w["exits"] = add_exits(w["exits_by_vcpu"])
         out["workloads"][name] = w
-    # The empty frame holds the boundary's one exit and, of what the
-    # guest causes, nothing else: else the accounting is not exact.  It
-    # also says which reason this KVM files that exit under: io_exits on
-    # hardware; a nested paravirtual KVM that emulates the port write
-    # counts insn_emulation instead.
-    null = out["workloads"].get("null", {}).get("exits", {})
-    boundary = dict(BOUNDARY)
-    out["boundary_extra"] = {}
-    if null:
-        guest = null.get("guest_exits", 0)
+    # The empty frame holds the boundary's one exit, on vCPU 0, which
+    # writes it, and, of what the guest causes, nothing else: else the
+    # accounting is not exact.  It also says which reason this KVM files
+    # that exit under: io_exits on hardware; a nested paravirtual KVM
+    # that emulates the port write counts insn_emulation instead.
+    null = out["workloads"].get("null", {})
+    boundary = dict(arch["boundary"])
+    if null.get("exits"):
+        guest = null["exits"].get("guest_exits", 0)
         if guest != 1:
             out["boundary_extra"]["guest_exits"] = guest - 1
-        boundary = {r: v for r, v in null.items()
-                    if r in REASONS and r not in HOST_CAUSED and v}
+        for i, d in enumerate(null["exits_by_vcpu"][1:], 1):
+            if d.get("guest_exits"):
+                out["boundary_extra"][f"vcpu{i}:guest_exits"] = \
+                    d["guest_exits"]
+        # vCPU 0's: stopping the VM costs the others only kicks, which
+        # their guest_exits leave out, but which a reason of theirs may
+        # count (a vCPU woken from WFI goes back to it).
+        boundary = {r: v for r, v in null["exits_by_vcpu"][0].items()
+                    if r not in ("exits", "guest_exits") and
+                    r not in arch["host_caused"] and v}
         boundary.update(exits=1, guest_exits=1)
     out["boundary"] = boundary
     for name, w in out["workloads"].items():
@@ -198,6 +312,10 @@ def parse(text, frames, info):
             ops = max(w["n"], 1)
             w["exits_per_op"] = {s: (v - boundary.get(s, 0)) / ops
                                  for s, v in w["exits"].items()}
+            w["exits_per_op_by_vcpu"] = [
+                {s: (v - (boundary.get(s, 0) if i == 0 else 0)) / ops
+                 for s, v in d.items()}
+                for i, d in enumerate(w["exits_by_vcpu"])]
             # A count below what one boundary costs: not exact either.
             out["boundary_extra"].update(
                 {f"{name}:{s}": v for s, v in w["exits_per_op"].items()
@@ -209,14 +327,14 @@ NESTED_PAYLOAD = r"""
 run_bench() {
     label=$1; shift
     rm -f /tmp/qmp.sock /tmp/serial.log
-    qemu-system-x86_64 -machine pc -smp %(smp)d -m 64 -S -nodefaults \
-        -kernel "$HPKVM_GUEST" -append "bench=%(samples)d bench-idle=%(idle)d" \
-        -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    %(qemu)s %(guest)s -S -nodefaults \
         -display none -monitor none -serial file:/tmp/serial.log \
         -qmp unix:/tmp/qmp.sock,server=on,wait=off %(boundary)s "$@" &
     qemu_pid=$!
     wait_qmp_socket || return 1
     echo "BENCH $label hpkvm $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+    echo "BENCH $label cpus $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
+    %(trace_start)s
     qmp-exec /tmp/qmp.sock '{"execute": "cont"}' > /dev/null
     # The guest stops the VM at each boundary (pvpanic, panic=pause).
     for k in $(seq 0 %(frames)d); do
@@ -233,34 +351,58 @@ run_bench() {
                 fi
             done
             echo "BENCH $label stats $k $edge $(qmp-exec /tmp/qmp.sock '%(stats)s')"
+            %(trace_frame)s
             qmp-exec /tmp/qmp.sock '{"execute": "cont"}' > /dev/null
         done
     done
     wait_qemu
     echo "BENCH $label status $?"
-    sed "s/^/BENCH $label serial /" /tmp/serial.log
+    sed "s/^/BENCH $label serial /" /tmp/serial.log | tr -d '\r'
 }
 """
 
 
-def run_nested(build, accels, samples, idle, reps):
+# arm64 KVM's kvm_exit tracepoint, where its statistics have no counter:
+# each exit as IRQ (a host interrupt) or TRAP with the exception class.
+# At each boundary, while the VM is stopped: "COUNT TID:TYPE:CLASS ..."
+# of the exits since the last one, and the buffer emptied.
+TRACE_SHELL = r"""
+TRACEFS=/sys/kernel/tracing
+trace_exits_start() {
+    [ -e $TRACEFS/trace ] || mount -t tracefs none $TRACEFS
+    echo 1 > $TRACEFS/events/kvm/kvm_exit/enable
+    echo > $TRACEFS/trace
+}
+trace_exits() {
+    sed -n 's/.*-\([0-9][0-9]*\) *\[[0-9]*\].* kvm_exit: \([A-Z_]*\): HSR_EC: 0x[0-9a-f]* (\([A-Za-z0-9_]*\)).*/\1:\2:\3/p' \
+        $TRACEFS/trace | sort | uniq -c | tr -s ' \n' '  '
+    echo > $TRACEFS/trace
+}
+"""
+
+
+def run_nested(build, accels, samples, idle, reps, arch=X86):
     """Each accelerator in turn, reps times, in one boot of the nested
-    host (4 CPUs: hpkvm leases cores 1-3, housekeeping on 0)."""
+    host of @arch (4 CPUs: hpkvm leases the last ones, housekeeping on
+    the first)."""
     from nested_host import L2_SHELL, run
-    smp = 3
-    args = {"kvm": "-accel kvm -cpu host",
-            "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
-                     "-cpu host"}
-    script = L2_SHELL + NESTED_PAYLOAD % {"smp": smp, "samples": samples, "idle": idle,
-                               "boundary": " ".join(BOUNDARY_ARGS),
-                               "frames": 7, "stats": json.dumps(STATS)}
+    guest = arch["guest"] % {"smp": arch["smp"], "samples": samples,
+                             "idle": idle}
+    trace = arch.get("trace", False)
+    script = L2_SHELL + (TRACE_SHELL if trace else "") + NESTED_PAYLOAD % {
+        "qemu": arch["qemu"], "guest": guest,
+        "boundary": " ".join(arch["boundary_args"]),
+        "frames": 7, "stats": json.dumps(STATS),
+        "trace_start": "trace_exits_start" if trace else ":",
+        "trace_frame": ('echo "BENCH $label trace $k $edge $(trace_exits)"'
+                        if trace else ":")}
     order = []
     for rep in range(reps):
         for accel in accels:
             label = f"{accel}-{rep}"
             order.append((accel, label))
-            script += f"run_bench {label} {args[accel]}\n"
-    res = run(script, cpus=4, timeout=3000)
+            script += f"run_bench {label} {arch['accel'][accel]}\n"
+    res = run(script, cpus=4, timeout=3000, **arch["nested"])
     out = {}
     for accel, label in order:
         pre = f"BENCH {label} "
@@ -268,21 +410,56 @@ def run_nested(build, accels, samples, idle, reps):
                  if ln.startswith(pre)]
         serial = "\n".join(ln[len("serial "):] for ln in lines
                            if ln.startswith("serial ")) + "\n"
-        frames, info = [], {}
+        frames, info, cpus, traces = [], {}, [], {}
         status = None
         for ln in lines:
             parts = ln.split(" ", 3)
             if parts[0] == "stats":
                 stats = json.loads(parts[3]).get("return", [])
                 frames.append((int(parts[1]), parts[2], stats))
+            elif parts[0] == "trace":
+                traces[(int(parts[1]), parts[2])] = \
+                    parts[3] if len(parts) > 3 else ""
             elif parts[0] == "hpkvm":
                 info = json.loads(ln[len("hpkvm "):]).get("return", {})
+            elif parts[0] == "cpus":
+                cpus = json.loads(ln[len("cpus "):]).get("return", [])
             elif parts[0] == "status":
                 status = int(parts[1])
-        if status != 1:
-            raise RuntimeError(f"nested {label}: guest did not pass "
-                               f"({status}): {serial[-400:]}")
-        out.setdefault(accel, []).append(parse(serial, frames, info))
+        if status != arch["passed"] or "FAIL" in serial:
+            raise RuntimeError(f"nested {arch['qemu']} {label}: guest did "
+                               f"not pass ({status}): {serial[-400:]}")
+        out.setdefault(accel, []).append(
+            parse(serial, frames, info, arch, cpus,
+                  trace_by_vcpu(traces, cpus) if trace else None))
+    return out
+
+
+# Names for the exception classes of arm64's kvm_exit tracepoint.
+TRACE_CLASSES = {"HVC64": "hvc", "SYS64": "sysreg", "WFx": "wfx",
+                 "DABT_LOW": "dabt", "IABT_LOW": "iabt", "SMC64": "smc"}
+
+
+def trace_by_vcpu(traces, cpus):
+    """{frame: [{stat: count} per vCPU index]} from trace_exits()'s
+    lines at frames' ends: irq_exits, and TRAP exits as CLASS_traps
+    (dabt_traps: MMIO, or a stage-2 fault on RAM)."""
+    index = {c["thread-id"]: c["cpu-index"] for c in cpus}
+    out = {}
+    for (k, edge), text in traces.items():
+        if edge != "end":
+            continue
+        per = [{} for _ in cpus]
+        words = text.split()
+        for count, key in zip(words[::2], words[1::2]):
+            tid, kind, ec = key.split(":")
+            if int(tid) not in index:
+                continue                # not a vCPU of this QEMU
+            stat = ("irq_exits" if kind == "IRQ" else
+                    f"{TRACE_CLASSES.get(ec, ec.lower())}_traps")
+            d = per[index[int(tid)]]
+            d[stat] = d.get(stat, 0) + int(count)
+        out[k] = per
     return out
 
 
@@ -295,9 +472,9 @@ def summarize(runs):
     table = {}
     for accel, rs in runs.items():
         for name in rs[0]["workloads"]:
-            meds = [ns(r["workloads"][name]["median"], r["tsc_khz"])
+            meds = [ns(r["workloads"][name]["median"], r["clock_khz"])
                     for r in rs if name in r["workloads"]]
-            p99s = [ns(r["workloads"][name]["p99"], r["tsc_khz"])
+            p99s = [ns(r["workloads"][name]["p99"], r["clock_khz"])
                     for r in rs if name in r["workloads"]]
             exits = [r["workloads"][name].get("exits_per_op", {})
                      for r in rs if name in r["workloads"]]
@@ -305,6 +482,13 @@ def summarize(runs):
             for e in exits:
                 for s, v in e.items():
                     per_op.setdefault(s, []).append(v)
+            # The guest's exits per operation of vCPU 0 (the sender of
+            # IPI workloads) and of the others (the receivers).
+            split = [(v[0].get("guest_exits", 0),
+                      sum(d.get("guest_exits", 0) for d in v[1:]))
+                     for v in (r["workloads"][name].get(
+                         "exits_per_op_by_vcpu") for r in rs
+                         if name in r["workloads"]) if v]
             table.setdefault(name, {})[accel] = {
                 "median_ns": statistics.median(meds),
                 "p99_ns": statistics.median(p99s),
@@ -313,6 +497,9 @@ def summarize(runs):
                 "n": rs[0]["workloads"][name]["n"],
                 "exits_per_op": {s: statistics.median(v)
                                  for s, v in per_op.items()},
+                "sender_receivers": ([statistics.median(x[0] for x in split),
+                                      statistics.median(x[1] for x in split)]
+                                     if split else None),
             }
     return table
 
@@ -329,8 +516,15 @@ def top_reasons(per_op):
     parts = [(v, s) for s, v in per_op.items()
              if s not in ("exits", "guest_exits") and v >= 0.05]
     parts.sort(reverse=True)
-    return ",".join(f"{s.replace('_exits', '')}={v:.1f}"
-                    for v, s in parts[:3])
+    return ",".join(f"{short_reason(s)}={v:.1f}" for v, s in parts[:3])
+
+
+def short_reason(stat):
+    """irq_exits, sysreg_traps: irq, sysreg."""
+    for suffix in ("_exits", "_traps"):
+        if stat.endswith(suffix):
+            return stat[:-len(suffix)]
+    return stat
 
 
 def print_table(host, table, accels, reps):
@@ -338,8 +532,8 @@ def print_table(host, table, accels, reps):
     print(f"== {host}: {HOSTS[host]}")
     print(f"   {reps} run(s) per accelerator, alternating; latency = median "
           f"over runs of each run's median (p99 likewise); spread = "
-          f"slowest/fastest run's median; exits/op = VM exits the guest "
-          f"caused (all VM exits but host interrupts), "
+          f"slowest/fastest run's median; exits/op = "
+          f"{HOST_ARCH[host]['exits_meaning']}, "
           f"less the frame's one boundary exit, per operation")
     head = f"{'workload':<19}{'n':>5}"
     for a in accels:
@@ -378,6 +572,14 @@ def print_table(host, table, accels, reps):
                             if top_reasons(r["exits_per_op"]))
         if reasons and name != "null":
             print(f"   exits/op by reason, {name}: {reasons}")
+    for name, row in table.items():
+        split = "; ".join(f"{a}: {r['sender_receivers'][0]:.2f} / "
+                          f"{r['sender_receivers'][1]:.2f}"
+                          for a, r in row.items()
+                          if r.get("sender_receivers"))
+        if name in IPI_WORKLOADS and split:
+            print(f"   exits/op of the sender (vCPU 0) / the receivers, "
+                  f"{name}: {split}")
 
 
 def granted(runs):
@@ -442,22 +644,37 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--samples", type=int, default=400)
-    ap.add_argument("--no-nested", action="store_true")
+    ap.add_argument("--hosts", default=",".join(HOSTS),
+                    help="where to run, of " + ", ".join(HOSTS))
+    ap.add_argument("--no-nested", action="store_true",
+                    help="neither nested test host")
     ap.add_argument("--no-tcg", action="store_true")
     ap.add_argument("--no-local", action="store_true")
+    ap.add_argument("--no-arm", action="store_true",
+                    help="not the arm64 nested test host")
     args = ap.parse_args()
+    hosts = set(args.hosts.split(","))
+    if hosts - set(HOSTS):
+        ap.error(f"--hosts: {', '.join(sorted(hosts - set(HOSTS)))}: not "
+                 f"a host; the hosts are {', '.join(HOSTS)}")
     build = os.path.abspath(args.build)
     out = args.out or os.path.join(build, "..", "bench")
     os.makedirs(out, exist_ok=True)
     if args.tiny:
         args.reps, args.samples, args.no_nested, args.no_tcg = 1, 8, True, \
             True
+    if args.no_nested:
+        hosts -= {"nested", "nested-arm64"}
+    if args.no_local:
+        hosts.discard("local")
+    if args.no_arm:
+        hosts.discard("nested-arm64")
     idle = 100 if args.tiny else 600
     local_accels = ["kvm", "hpkvm"] + ([] if args.no_tcg else ["tcg"])
 
     raw = {"config": vars(args), "hosts": {}}
     summary = {}
-    if args.no_local:
+    if "local" not in hosts:
         pass
     elif os.access("/dev/kvm", os.R_OK | os.W_OK):
         runs = {}
@@ -475,13 +692,20 @@ def main():
         summary["local"] = summarize(runs)
     else:
         print("hpkvm bench: no usable /dev/kvm: local runs skipped")
-    if not args.no_nested:
+    if "nested" in hosts:
         print("hpkvm bench: nested test host, kvm and hpkvm alternating",
               flush=True)
         runs = run_nested(build, ["kvm", "hpkvm"], max(args.samples // 4, 20),
                           1500, 1)
         raw["hosts"]["nested"] = runs
         summary["nested"] = summarize(runs)
+    if "nested-arm64" in hosts:
+        print("hpkvm bench: arm64 nested test host, kvm and hpkvm "
+              "alternating", flush=True)
+        runs = run_nested(build, ["kvm", "hpkvm"], max(args.samples // 4, 20),
+                          1500, 1, ARCHES["aarch64"])
+        raw["hosts"]["nested-arm64"] = runs
+        summary["nested-arm64"] = summarize(runs)
 
     inexact = [(h, a, r["boundary_extra"])
                for h, runs in raw["hosts"].items()

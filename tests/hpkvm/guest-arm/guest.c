@@ -6,7 +6,8 @@
  *   hpkvm-arm-guest: boot el=1 cntfrq=... mpidr=...
  *   hpkvm-arm-guest: PASS cpus=N timer=T sgi=S
  *
- * (or "FAIL why"), then powers the machine off through PSCI.  It brings
+ * (or "FAIL why"), then powers the machine off through PSCI.  Given a
+ * sample count by fw_cfg, it runs bench.c's workloads instead.  It brings
  * up every secondary CPU with PSCI CPU_ON, takes virtual timer interrupts
  * (PPI 27) on the boot CPU, and bounces SGIs between the boot CPU and
  * each secondary, which waits for them in WFI: timer, IPI and WFI wake-up,
@@ -23,8 +24,6 @@
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
 
-#include <stdbool.h>
-#include <stdint.h>
 #include "guest.h"
 
 /* The virt machine's memory map (hw/arm/virt.c). */
@@ -51,65 +50,27 @@
 #define PSCI_SYSTEM_OFF 0x84000008UL
 #define PSCI_ALREADY_ON (-4L)
 
-#define INTID_VTIMER    27
-#define SGI_PING        1
-#define SGI_PONG        2
-#define INTID_SPURIOUS  1023
-
-#define MAX_CPUS        9
 #define TIMER_ROUNDS    20
 #define SGI_ROUNDS      20
 #define WAIT_SECONDS    20
 
-#define sysreg_read(r) ({ uint64_t v_; \
-    asm volatile("mrs %0, " #r : "=r"(v_)); v_; })
-#define sysreg_write(r, v) \
-    asm volatile("msr " #r ", %0" : : "r"((uint64_t)(v)) : "memory")
-#define isb() asm volatile("isb" : : : "memory")
-#define dsb() asm volatile("dsb sy" : : : "memory")
-
+#define BENCH_OPTION    "opt/org.hpkvm/bench"
 
 /*
  * Shared between CPUs, volatile because each is waited for in a loop;
  * one writer per word: the CPU it describes, or the boot CPU.
  */
-static volatile uint64_t cpu_mpidr[MAX_CPUS];   /* set by the CPU */
+volatile uint64_t cpu_mpidr[MAX_CPUS];          /* set by the CPU */
 static volatile uint32_t cpu_online[MAX_CPUS];  /* set by the CPU */
 static volatile uint32_t pings[MAX_CPUS];       /* SGIs a CPU took */
 static volatile uint32_t pongs;                 /* replies CPU 0 took */
-static volatile uint32_t timer_irqs;            /* CPU 0's */
+volatile uint32_t timer_irqs;                   /* CPU 0's */
+volatile uint64_t timer_irq_at;                 /* the last one's counter */
 static volatile uint32_t spurious;
 
-/*
- * MMIO as single loads and stores without write-back: KVM emulates a
- * device access from the syndrome the fault gives it, which the
- * architecture provides only for those (the compiler, left alone,
- * emits pre-indexed stores, which KVM refuses with an external abort).
- */
 static inline void cpu_relax(void)
 {
     asm volatile("yield");
-}
-
-static inline uint32_t mmio_read32(uintptr_t addr)
-{
-    uint32_t v;
-
-    asm volatile("ldr %w0, [%1]" : "=r"(v) : "r"(addr) : "memory");
-    return v;
-}
-
-static inline void mmio_write32(uintptr_t addr, uint32_t v)
-{
-    asm volatile("str %w0, [%1]" : : "r"(v), "r"(addr) : "memory");
-}
-
-static inline uint64_t mmio_read64(uintptr_t addr)
-{
-    uint64_t v;
-
-    asm volatile("ldr %0, [%1]" : "=r"(v) : "r"(addr) : "memory");
-    return v;
 }
 
 static void put_char(char c)
@@ -120,7 +81,7 @@ static void put_char(char c)
     mmio_write32(UART_BASE + UART_DR, (uint8_t)c);
 }
 
-static void put(const char *s)
+void put(const char *s)
 {
     while (*s) {
         if (*s == '\n') {
@@ -130,7 +91,7 @@ static void put(const char *s)
     }
 }
 
-static void put_dec(uint64_t v)
+void put_dec(uint64_t v)
 {
     char buf[21];
     int i = sizeof(buf) - 1;
@@ -159,7 +120,7 @@ static void put_hex(uint64_t v)
     put(&buf[i]);
 }
 
-static long psci_call(uint64_t fn, uint64_t a1, uint64_t a2, uint64_t a3)
+long psci_call(uint64_t fn, uint64_t a1, uint64_t a2, uint64_t a3)
 {
     register uint64_t x0 asm("x0") = fn;
     register uint64_t x1 asm("x1") = a1;
@@ -184,7 +145,7 @@ static void __attribute__((noreturn)) power_off(void)
     }
 }
 
-static void __attribute__((noreturn)) fail(const char *why, uint64_t v)
+void __attribute__((noreturn)) fail(const char *why, uint64_t v)
 {
     put("hpkvm-arm-guest: FAIL ");
     put(why);
@@ -192,12 +153,6 @@ static void __attribute__((noreturn)) fail(const char *why, uint64_t v)
     put_dec(v);
     put("\n");
     power_off();
-}
-
-static uint64_t now(void)
-{
-    isb();
-    return sysreg_read(cntvct_el0);
 }
 
 /*
@@ -271,7 +226,7 @@ static void gic_cpu_init(void)
         mmio_write32(sgi + GICR_IPRIORITYR + i, 0xa0a0a0a0);
     }
     mmio_write32(sgi + GICR_ISENABLER0, 1u << INTID_VTIMER |
-                 1u << SGI_PING | 1u << SGI_PONG);
+                 1u << SGI_PING | 1u << SGI_PONG | 1u << SGI_BENCH);
     dsb();
     sysreg_write(icc_sre_el1, sysreg_read(icc_sre_el1) | 1);
     isb();
@@ -294,7 +249,7 @@ static void gic_dist_init(void)
     }
 }
 
-static void send_sgi(unsigned intid, uint64_t mpidr)
+void send_sgi(unsigned intid, uint64_t mpidr)
 {
     uint64_t v = (uint64_t)intid << 24 |
                  (mpidr >> 8 & 0xff) << 16 |        /* Aff1 */
@@ -320,6 +275,7 @@ void irq_exception(void)
     }
     switch (intid) {
     case INTID_VTIMER:
+        timer_irq_at = now();
         sysreg_write(cntv_ctl_el0, 0);
         isb();
         timer_irqs++;
@@ -330,6 +286,9 @@ void irq_exception(void)
         break;
     case SGI_PONG:
         pongs++;
+        break;
+    case SGI_BENCH:
+        bench_sgi();
         break;
     default:
         fail("unexpected interrupt", intid);
@@ -364,8 +323,16 @@ void secondary_main(uint64_t index)
     cpu_online[index] = 1;
     dsb();
     asm volatile("sev");
-    /* Pings come as SGIs; between them, the CPU waits in WFI. */
+    /*
+     * Pings come as SGIs; between them, the CPU waits in WFI, or spins
+     * with interrupts enabled while bench mode asks it to.
+     */
     for (;;) {
+        while (secondary_spin) {
+            /* no WFI, no exit: only the SGI's own */
+        }
+        wfi_entered[index]++;
+        dsb();
         asm volatile("wfi");
     }
 }
@@ -430,6 +397,7 @@ static void check_sgis(unsigned cpus)
 
 void guest_main(void)
 {
+    uint64_t samples;
     unsigned cpus;
 
     sysreg_write(tpidr_el1, 0);
@@ -445,6 +413,10 @@ void guest_main(void)
     gic_dist_init();
     gic_cpu_init();
     cpus = start_secondaries();
+    if (fw_cfg_uint(BENCH_OPTION, &samples)) {
+        bench_run(cpus, samples);
+        power_off();
+    }
     check_timer();
     check_sgis(cpus);
 

@@ -26,7 +26,8 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   policy, option folding, MSI decoding, hpnet's selector and probe),
   built for aarch64, pass there;
 - a feature the guest's machine cannot have stops QEMU with the fix:
-  vfio-irte=on without an ITS.
+  vfio-irte=on without an ITS;
+- make bench's arm64 exit census (scripts/hpkvm/bench.py) is exact.
 
 Prints TAP.  Each test boots the arm64 nested host once (~5 s).
 """
@@ -298,6 +299,38 @@ qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
     err = "\n".join(lines_with(res.output, "stderr: "))
     assert re.search(r"vfio-irte=on needs a GICv3 with an ITS in the "
                      r"guest: use -M virt,gic-version=3,its=on", err), err
+
+
+@tests.case
+def make_benchs_arm64_exit_census_is_exact():
+    """make bench's arm64 table, at its smallest: both accelerators'
+    frames cost exactly their boundary (the null frame's one MMIO exit,
+    the tracepoint's count of every vCPU's exits equal to KVM's), and
+    what each workload must cost on arm64 KVM, whatever the host's
+    interrupts add: one HVC trap per HVC, one system register trap per
+    SGI sent, none for the receiver but its wake-up."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "..", "..", "..", "scripts", "hpkvm"))
+    import bench
+    runs = bench.run_nested(os.environ.get("HPKVM_BUILD", "build/qemu"),
+                            ["kvm", "hpkvm"], 20, 0, 1,
+                            bench.ARCHES["aarch64"])
+    for accel in ("kvm", "hpkvm"):
+        r = runs[accel][0]
+        assert not r["boundary_extra"], (accel, r["boundary_extra"])
+        w = r["workloads"]
+        assert set(w) == {"null", "idle", "hvc", "timer", "sgi-spin",
+                          "sgi-wfi"}, (accel, list(w))
+        assert w["hvc"]["exits_per_op"]["hvc_traps"] == 1.0, w["hvc"]
+        for name in ("sgi-spin", "sgi-wfi"):
+            sender, receiver = w[name]["exits_per_op_by_vcpu"]
+            assert sender.get("sysreg_traps") == 1.0, (accel, name, sender)
+            assert not receiver.get("sysreg_traps"), (accel, name, receiver)
+        # The receiver waiting in WFI takes its WFI exit each round.
+        receiver = w["sgi-wfi"]["exits_per_op_by_vcpu"][1]
+        assert receiver.get("wfx_traps", 0) >= 1.0, (accel, receiver)
+    info = runs["hpkvm"][0]["hpkvm"]
+    assert info["host-cpus"] == "2-3", info
 
 
 def main():
