@@ -43,7 +43,7 @@ BENCH_WORKLOADS = ["null", "idle", "hvc", "timer", "sgi-spin", "sgi-wfi"]
 def bench(samples, pvpanic=True):
     """The guest's bench mode on 2 CPUs, each boundary's stop resumed:
     (exit status, stops seen, serial output)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(
         __file__)), "..", "..", "..", "scripts", "hpkvm"))
     import hpkvm_qmp
     qmp = hpkvm_qmp.qmp_module(BUILD)
