@@ -23,9 +23,8 @@
  *
  * in virtual counter ticks (the header says the counter's kHz).
  *
- * The virt machine's PCI host is enumerated here, bus 0 only, through
- * the ECAM below 4 GiB (highmem-ecam=off: the MMU is off, and a
- * 32-bit address is all this guest assumes), and BAR 0 of the pvpanic
+ * The virt machine's PCI bus 0 is enumerated here, through pci.c's ECAM
+ * below 4 GiB (hence highmem-ecam=off), and BAR 0 of the pvpanic
  * function placed at the start of the PCI MMIO window.
  *
  * Copyright (c) 2026 The hpkvm developers
@@ -35,8 +34,7 @@
 
 #include "guest.h"
 
-/* hw/arm/virt.c's memory map, highmem-ecam=off */
-#define PCIE_ECAM_BASE      0x3f000000UL
+/* hw/arm/virt.c's memory map */
 #define PCIE_MMIO_BASE      0x10000000UL
 #define PCI_SLOTS           32
 #define PCI_VENDOR_ID       0x00
@@ -76,15 +74,15 @@ static uintptr_t bench_find_pvpanic(unsigned *functions)
     unsigned slot;
 
     for (slot = 0; slot < PCI_SLOTS; slot++) {
-        uintptr_t cfg = PCIE_ECAM_BASE + ((uintptr_t)slot << 15);
-        uint32_t id = mmio_read32(cfg + PCI_VENDOR_ID);
+        uint32_t devfn = slot << 3;
+        uint32_t id = pci_read(devfn, PCI_VENDOR_ID);
 
         if (id != 0xffffffff) {
             *functions += 1;
         }
         if (id == PVPANIC_PCI_ID) {
-            mmio_write32(cfg + PCI_BAR0, PCIE_MMIO_BASE);
-            mmio_write32(cfg + PCI_COMMAND, PCI_COMMAND_MEMORY);
+            pci_write(devfn, PCI_BAR0, PCIE_MMIO_BASE);
+            pci_write(devfn, PCI_COMMAND, PCI_COMMAND_MEMORY);
             return PCIE_MMIO_BASE;
         }
     }

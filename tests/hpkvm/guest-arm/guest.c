@@ -4,14 +4,26 @@
  * hpkvm relies on and says so on the serial port:
  *
  *   hpkvm-arm-guest: boot el=1 cntfrq=... mpidr=...
- *   hpkvm-arm-guest: PASS cpus=N timer=T sgi=S
+ *   hpkvm-arm-guest: PASS cpus=N timer=T sgi=S spurious=X [vnet=K]
  *
- * (or "FAIL why"), then powers the machine off through PSCI.  Given a
- * sample count by fw_cfg, it runs bench.c's workloads instead.  It brings
- * up every secondary CPU with PSCI CPU_ON, takes virtual timer interrupts
- * (PPI 27) on the boot CPU, and bounces SGIs between the boot CPU and
- * each secondary, which waits for them in WFI: timer, IPI and WFI wake-up,
- * the operations hpkvm's features are about.
+ * (or "FAIL why"), then powers the machine off through PSCI.  Its
+ * options come from fw_cfg ("-fw_cfg name=opt/org.hpkvm/NAME,string=N"):
+ *
+ *   bench=N         run bench.c's workloads with N samples instead
+ *   vnet=N          before the PASS line, send N frames through the first
+ *                   virtio-net-pci function on bus 0 (guest-common/vnet.c;
+ *                   needs -M virt,highmem-ecam=off, see pci.c); fewer
+ *                   fail the run
+ *   vnet-standby=1  with vnet, accept VIRTIO_NET_F_STANDBY and report the
+ *                   failover primary QEMU plugs then, on buses 1-15
+ *   hold=1          after the PASS line, wait with interrupts masked
+ *                   instead of powering off, so the host can read
+ *                   statistics first
+ *
+ * It brings up every secondary CPU with PSCI CPU_ON, takes virtual timer
+ * interrupts (PPI 27) on the boot CPU, and bounces SGIs between the boot
+ * CPU and each secondary, which waits for them in WFI: timer, IPI and WFI
+ * wake-up, the operations hpkvm's features are about.
  *
  * The MMU stays off, so every data access is to Device memory: no
  * exclusives (CPUs share plain volatile words, one writer each), no
@@ -55,6 +67,9 @@
 #define WAIT_SECONDS    20
 
 #define BENCH_OPTION    "opt/org.hpkvm/bench"
+#define VNET_OPTION     "opt/org.hpkvm/vnet"
+#define STANDBY_OPTION  "opt/org.hpkvm/vnet-standby"
+#define HOLD_OPTION     "opt/org.hpkvm/hold"
 
 /*
  * Shared between CPUs, volatile because each is waited for in a loop;
@@ -153,6 +168,67 @@ void __attribute__((noreturn)) fail(const char *why, uint64_t v)
     put_dec(v);
     put("\n");
     power_off();
+}
+
+/* The rest of what vnet.c needs (vnet.h), besides pci.c's accessors */
+
+const char vnet_guest[] = "hpkvm-arm-guest";
+
+void vnet_puts(const char *s)
+{
+    put(s);
+}
+
+void vnet_putu(uint64_t v)
+{
+    put_dec(v);
+}
+
+void vnet_fail(const char *why)
+{
+    put("hpkvm-arm-guest: FAIL ");
+    put(why);
+    put("\n");
+    power_off();
+}
+
+uint64_t vnet_deadline(void)
+{
+    return now() + WAIT_SECONDS * sysreg_read(cntfrq_el0);
+}
+
+bool vnet_expired(uint64_t deadline)
+{
+    return now() > deadline;
+}
+
+/*
+ * With the MMU off the guest's accesses go to memory, uncached, while
+ * QEMU's (or vhost's) go through the host's caches, which may hold a
+ * stale copy of what the guest wrote or a dirty one of what the device
+ * wrote: clean and invalidate those lines to the point of coherency
+ * (not needed, but harmless, where the hypervisor forces the guest's
+ * memory cacheable, FEAT_S2FWB, and under TCG, which has no caches).
+ */
+void vnet_dma_sync(const volatile void *p, uint32_t len)
+{
+    uint64_t line = 4ul << (sysreg_read(ctr_el0) >> 16 & 0xf);
+    uintptr_t addr = (uintptr_t)p & ~(line - 1);
+
+    dsb();
+    for (; addr < (uintptr_t)p + len; addr += line) {
+        asm volatile("dc civac, %0" : : "r"(addr) : "memory");
+    }
+    dsb();
+}
+
+/* Masked and in WFI for good: nothing ends the run but the host. */
+static void __attribute__((noreturn)) hold(void)
+{
+    asm volatile("msr daifset, #0xf" : : : "memory");
+    for (;;) {
+        asm volatile("wfi");
+    }
 }
 
 /*
@@ -397,7 +473,8 @@ static void check_sgis(unsigned cpus)
 
 void guest_main(void)
 {
-    uint64_t samples;
+    uint64_t samples, vnet = 0, standby = 0, hold_on = 0;
+    uint32_t vnet_frames = 0;
     unsigned cpus;
 
     sysreg_write(tpidr_el1, 0);
@@ -419,6 +496,18 @@ void guest_main(void)
     }
     check_timer();
     check_sgis(cpus);
+    fw_cfg_uint(VNET_OPTION, &vnet);
+    if (vnet) {
+        fw_cfg_uint(STANDBY_OPTION, &standby);
+        if (standby) {
+            /* Where QEMU will plug the primary: no firmware did this */
+            pci_setup_bridges();
+        }
+        vnet_frames = vnet_send(vnet, standby);
+        if (vnet_frames < vnet) {
+            fail("vnet: frames the device took:", vnet_frames);
+        }
+    }
 
     put("hpkvm-arm-guest: PASS cpus=");
     put_dec(cpus);
@@ -428,6 +517,14 @@ void guest_main(void)
     put_dec(pongs);
     put(" spurious=");
     put_dec(spurious);
+    if (vnet) {
+        put(" vnet=");
+        put_dec(vnet_frames);
+    }
     put("\n");
+    fw_cfg_uint(HOLD_OPTION, &hold_on);
+    if (hold_on) {
+        hold();
+    }
     power_off();
 }

@@ -2,7 +2,10 @@
  * hpkvm's aarch64 test guest: what its files share.  The C functions
  * boot.S calls and the one it provides to C (PSCI CPU_ON's entry point);
  * system register and MMIO accessors; the serial, PSCI, GIC and counter
- * helpers of guest.c; fw_cfg.c's option lookup; bench.c's bench mode.
+ * helpers of guest.c; fw_cfg.c's option lookup; bench.c's bench mode;
+ * pci.c's bridge setup; vnet.h, the shared virtio-net driver's needs,
+ * which pci.c (PCI configuration access) and guest.c (the rest)
+ * implement.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -14,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "vnet.h"
 
 #define MAX_CPUS        9
 
@@ -106,6 +110,9 @@ void put_dec(uint64_t v);
 void __attribute__((noreturn)) fail(const char *why, uint64_t v);
 long psci_call(uint64_t fn, uint64_t a1, uint64_t a2, uint64_t a3);
 void send_sgi(unsigned intid, uint64_t mpidr);
+
+/* pci.c; pci_read() and pci_write() are in vnet.h */
+void pci_setup_bridges(void);
 
 /* fw_cfg.c */
 bool fw_cfg_uint(const char *name, uint64_t *value);

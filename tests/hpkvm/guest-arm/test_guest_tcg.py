@@ -5,8 +5,11 @@
 timer interrupts and SGIs, and powers off through PSCI, saying PASS.
 Its bench mode (a sample count from fw_cfg) stops the VM at each of its
 frames' two boundaries through pvpanic-pci and reports every workload;
-without pvpanic-pci it says what to add.  The same guest runs on arm64
-KVM in the arm64 nested test host; this checks the guest alone.  (Not
+without pvpanic-pci it says what to add.  Its vnet workload (the
+virtio-net driver it shares with the x86 guest) sends its frames
+through virtio-net-pci, which QEMU's filter-dump captures; without
+virtio-net-pci it says so.  The same guest runs on arm64 KVM in the
+arm64 nested test host; this checks the guest alone.  (Not
 GICv4: TCG has it only with virtualization=on, which starts the guest at
 EL2.)
 
@@ -15,6 +18,7 @@ Prints TAP.
 
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -107,9 +111,68 @@ def check_bench():
     return problems, out + out2
 
 
+VNET_FRAMES = 8
+
+
+def pcap_frames(path):
+    """The frames of a pcap file (QEMU's filter-dump writes them in the
+    host's byte order)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    order = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    frames, off = [], 24
+    while off + 16 <= len(data):
+        length = struct.unpack_from(order + "I", data, off + 8)[0]
+        frames.append(data[off + 16:off + 16 + length])
+        off += 16 + length
+    return frames
+
+
+def vnet(frames, nic=True):
+    """The guest's vnet workload on 2 CPUs, virtio-net-pci on user
+    networking with filter-dump: (exit status, serial output, the frames
+    the capture holds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pcap = os.path.join(tmp, "vnet.pcap")
+        cmd = [QEMU, "-M", "virt,gic-version=3,highmem-ecam=off",
+               "-cpu", "max", "-accel", "tcg", "-smp", "2", "-m", "128",
+               "-nodefaults", "-display", "none", "-no-reboot",
+               "-serial", "stdio", "-kernel", GUEST,
+               "-fw_cfg", f"name=opt/org.hpkvm/vnet,string={frames}"]
+        if nic:
+            cmd += ["-netdev", "user,id=n0",
+                    "-device", "virtio-net-pci,netdev=n0,romfile=",
+                    "-object", f"filter-dump,id=d0,netdev=n0,file={pcap}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        captured = pcap_frames(pcap) if nic else []
+        return r.returncode, r.stdout.replace("\r", "") + r.stderr, captured
+
+
+def check_vnet():
+    rc, out, frames = vnet(VNET_FRAMES)
+    problems = []
+    if rc != 0 or not re.search(r"^hpkvm-arm-guest: PASS .* "
+                                rf"vnet={VNET_FRAMES}$", out, re.M):
+        problems.append(f"exit status {rc}, no PASS ... vnet={VNET_FRAMES}")
+    if f"hpkvm-arm-guest: vnet: sent {VNET_FRAMES} frames\n" not in out:
+        problems.append("no \"vnet: sent\" line")
+    # Broadcasts of EtherType 0x88b5 saying "hpkvm-vnet K", K = 0, 1, ...
+    sent = [f for f in frames if f[12:14] == b"\x88\xb5"]
+    want = [b"hpkvm-vnet %d" % (k % 10) for k in range(VNET_FRAMES)]
+    if len(sent) != len(frames) or [f[14:26] for f in sent] != want or \
+            any(f[:6] != b"\xff" * 6 for f in sent):
+        problems.append(f"captured {[f[:32].hex() for f in frames]}, not "
+                        f"{VNET_FRAMES} broadcasts of 0x88b5 hpkvm-vnet K")
+    rc, out2, _ = vnet(VNET_FRAMES, nic=False)
+    if "hpkvm-arm-guest: FAIL vnet: no virtio-net PCI device" not in out2:
+        problems.append(f"without virtio-net-pci: {out2!r}")
+    return problems, out + out2
+
+
 def main():
     cases = [(1, 3), (4, 3), (8, 3)]
-    print(f"1..{len(cases) + 1}")
+    print(f"1..{len(cases) + 2}")
     failed = 0
     for n, (cpus, gic) in enumerate(cases, 1):
         name = f"guest passes with {cpus} cpus on gic-version={gic}"
@@ -135,6 +198,19 @@ def main():
     name = "bench mode stops at its boundaries and reports each workload"
     try:
         problems, out = check_bench()
+    except (subprocess.TimeoutExpired, OSError) as e:
+        problems, out = [repr(e)], ""
+    if problems:
+        failed += 1
+        print(f"not ok {n} - {name}")
+        for line in problems + out.splitlines()[-15:]:
+            print(f"#   {line}")
+    else:
+        print(f"ok {n} - {name}")
+    n += 1
+    name = f"vnet sends {VNET_FRAMES} frames through virtio-net-pci"
+    try:
+        problems, out = check_vnet()
     except (subprocess.TimeoutExpired, OSError) as e:
         problems, out = [repr(e)], ""
     if problems:

@@ -1,14 +1,19 @@
 /*
- * hpkvm test guest: frames through a virtio-net device ("vnet=N")
+ * hpkvm test guests: frames through a virtio-net device, the x86
+ * guest's "vnet=N" and the aarch64 guest's opt/org.hpkvm/vnet
  *
  * A minimal virtio 1.0 driver of a virtio-net PCI device (vhost-user
  * peers refuse legacy devices): reset, acknowledge, VERSION_1 and MAC
- * (and STANDBY with "vnet-standby", so that QEMU plugs a failover
- * primary), both queues set up, DRIVER_OK (where QEMU starts vhost),
- * then N broadcast frames of EtherType 0x88b5 (local experimental)
- * carrying "hpkvm-vnet K" on the transmit queue, each waited for.  The
- * device's registers are reached through its PCI configuration access
- * capability, so where the firmware put its 64-bit BAR does not matter.
+ * (and STANDBY when asked, so that QEMU plugs a failover primary), both
+ * queues set up, DRIVER_OK (where QEMU starts vhost), then N broadcast
+ * frames of EtherType 0x88b5 (local experimental) carrying "hpkvm-vnet
+ * K" on the transmit queue, each waited for.  The device's registers
+ * are reached through its PCI configuration access capability, so
+ * whether and where firmware put its 64-bit BAR does not matter (the
+ * aarch64 guest has no firmware: nothing assigns BARs there).
+ *
+ * What it needs of the guest it is linked into is declared in vnet.h.
+ * Both guests' memory is below 4 GiB, so ring addresses fit 32 bits.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -18,13 +23,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "cpu.h"
-#include "guest.h"
+#include "vnet.h"
 
 #define VIRTIO_VENDOR       0x1af4
 #define VIRTIO_NET_LEGACY   0x1000      /* transitional */
 #define VIRTIO_NET_MODERN   0x1041
 
+#define PCI_COMMAND         0x04
+#define PCI_COMMAND_MASTER  0x4
 #define PCI_CAP_VNDR        0x09
 #define CAP_COMMON          1
 #define CAP_NOTIFY          2
@@ -57,7 +63,6 @@
 #define QUEUE_MAX           256         /* what this driver sets up */
 #define RX_QUEUE            0
 #define TX_QUEUE            1
-#define SEND_WAIT_CYCLES    20000000000ull
 
 struct vring_desc {
     uint64_t addr;
@@ -154,7 +159,7 @@ static void find_caps(void)
         }
     }
     if (!cfg_cap || !have_common) {
-        fail("vnet: no virtio 1.0 capabilities");
+        vnet_fail("vnet: no virtio 1.0 capabilities");
     }
 }
 
@@ -195,7 +200,7 @@ static void setup_queue(uint16_t q)
 
     bar_write(&common, CC_Q_SELECT, 2, q);
     if (bar_read(&common, CC_Q_SIZE, 2) < QUEUE_MAX) {
-        fail("vnet: queue smaller than 256");
+        vnet_fail("vnet: queue smaller than 256");
     }
     bar_write(&common, CC_Q_SIZE, 2, QUEUE_MAX);
     vring_init(vr, ring_memory[q], QUEUE_MAX);
@@ -216,43 +221,57 @@ static void put_text(uint8_t *p, const char *s)
     }
 }
 
+/* The start of one of vnet.c's lines: "hpkvm-guest: vnet: " and @s */
+static void say(const char *s)
+{
+    vnet_puts(vnet_guest);
+    vnet_puts(": vnet: ");
+    vnet_puts(s);
+}
+
 /*
  * With STANDBY accepted, QEMU plugs the failover primary (the VF) into
  * its PCIe root port: look for it on the buses behind the root ports.
  */
 static void find_primary(void)
 {
-    uint64_t end = rdtsc() + SEND_WAIT_CYCLES;
+    uint64_t end = vnet_deadline();
     uint32_t bus, id;
 
-    while (rdtsc() < end) {
+    while (!vnet_expired(end)) {
         for (bus = 1; bus < 16; bus++) {
             id = pci_read(bus << 8, 0);
             if ((id & 0xffff) != 0xffff && (id & 0xffff) != VIRTIO_VENDOR) {
-                puts_serial("hpkvm-guest: vnet: failover primary ");
-                putu_serial(id & 0xffff);
-                puts_serial(":");
-                putu_serial(id >> 16);
-                puts_serial(" on bus ");
-                putu_serial(bus);
-                puts_serial("\n");
+                say("failover primary ");
+                vnet_putu(id & 0xffff);
+                vnet_puts(":");
+                vnet_putu(id >> 16);
+                vnet_puts(" on bus ");
+                vnet_putu(bus);
+                vnet_puts("\n");
                 return;
             }
         }
     }
-    puts_serial("hpkvm-guest: vnet: no failover primary appeared\n");
+    say("no failover primary appeared\n");
 }
 
-uint32_t vnet_send(uint32_t n)
+uint32_t vnet_send(uint32_t n, bool standby)
 {
     uint32_t i, hi, want_hi;
     uint16_t q;
     uint64_t end;
 
     if (!find_virtio_net()) {
-        fail("vnet: no virtio-net PCI device");
+        vnet_fail("vnet: no virtio-net PCI device");
     }
-    pci_write(bdf, 4, pci_read(bdf, 4) | 0x6);   /* memory, bus master */
+    /*
+     * Bus master for the rings; no memory space decoding, which the
+     * configuration access capability does not need and which would map
+     * BARs where no firmware put them (aarch64).
+     */
+    pci_write(bdf, PCI_COMMAND,
+              (pci_read(bdf, PCI_COMMAND) & 0xffff) | PCI_COMMAND_MASTER);
     find_caps();
 
     set_status(0);
@@ -260,10 +279,9 @@ uint32_t vnet_send(uint32_t n)
     set_status(STATUS_ACK | STATUS_DRIVER);
     bar_write(&common, CC_DFSELECT, 4, 1);
     hi = bar_read(&common, CC_DF, 4);
-    want_hi = F_HI_VERSION_1 | (option("vnet-standby") ? F_HI_NET_STANDBY :
-                                0);
+    want_hi = F_HI_VERSION_1 | (standby ? F_HI_NET_STANDBY : 0);
     if ((hi & want_hi) != want_hi) {
-        fail("vnet: the device lacks VERSION_1 (or STANDBY)");
+        vnet_fail("vnet: the device lacks VERSION_1 (or STANDBY)");
     }
     bar_write(&common, CC_GFSELECT, 4, 0);
     bar_write(&common, CC_GF, 4, VIRTIO_NET_F_MAC);
@@ -271,7 +289,7 @@ uint32_t vnet_send(uint32_t n)
     bar_write(&common, CC_GF, 4, want_hi);
     set_status(STATUS_ACK | STATUS_DRIVER | STATUS_FEATURES_OK);
     if (!(bar_read(&common, CC_STATUS, 1) & STATUS_FEATURES_OK)) {
-        fail("vnet: the device refused the features");
+        vnet_fail("vnet: the device refused the features");
     }
     for (q = RX_QUEUE; q <= TX_QUEUE; q++) {
         setup_queue(q);
@@ -300,18 +318,28 @@ uint32_t vnet_send(uint32_t n)
         tx->avail[2 + i % tx->num] = slot;
         __atomic_thread_fence(__ATOMIC_RELEASE);
         tx->avail[1] = i + 1;                   /* avail idx */
+        /* All the device is to read, then, each time, what it wrote */
+        vnet_dma_sync(net_hdr, sizeof(net_hdr));
+        vnet_dma_sync(frame, sizeof(frame));
+        vnet_dma_sync(&tx->desc[slot], 2 * sizeof(struct vring_desc));
+        vnet_dma_sync(&tx->avail[2 + i % tx->num], 2);
+        vnet_dma_sync(tx->avail, 4);
         bar_write(&notify, tx->notify_off * notify_mult, 2, TX_QUEUE);
-        end = rdtsc() + SEND_WAIT_CYCLES;
-        while (*tx->used_idx != (uint16_t)(i + 1)) {
-            if (rdtsc() > end) {
+        end = vnet_deadline();
+        for (;;) {
+            vnet_dma_sync(tx->used_idx, 2);
+            if (*tx->used_idx == (uint16_t)(i + 1)) {
+                break;
+            }
+            if (vnet_expired(end)) {
                 return i;
             }
         }
     }
-    puts_serial("hpkvm-guest: vnet: sent ");
-    putu_serial(n);
-    puts_serial(" frames\n");
-    if (option("vnet-standby")) {
+    say("sent ");
+    vnet_putu(n);
+    vnet_puts(" frames\n");
+    if (standby) {
         find_primary();
     }
     return n;

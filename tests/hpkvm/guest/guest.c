@@ -18,8 +18,9 @@
  *   bench=N   before the result line, the micro-benchmarks of bench.c with
  *             N samples each
  *   vnet=N    send N broadcast frames through the first virtio-net device
- *             (see vnet.c); with vnet-standby, accept VIRTIO_NET_F_STANDBY
- *             and report the failover primary QEMU plugs then
+ *             (see guest-common/vnet.c); with vnet-standby, accept
+ *             VIRTIO_NET_F_STANDBY and report the failover primary QEMU
+ *             plugs then
  *   soak=N    before the result line, N rounds that each verify and rewrite
  *             256 KiB of memory with a round-specific pattern, take one
  *             timer interrupt and check the TSC never went back: a workload
@@ -57,6 +58,7 @@
 #define AP_WAIT_CYCLES      20000000000ull
 #define TIMER_WAIT_CYCLES   20000000000ull
 #define TIMER_DELTA_CYCLES  2000000ull
+#define VNET_WAIT_CYCLES    20000000000ull
 #define ONESHOT_COUNT       100000u
 #define WAKE_RETRY_CYCLES   1000000000ull
 
@@ -487,6 +489,44 @@ void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
     outl(PCI_CONFIG_DATA, v);
 }
 
+/* The rest of what vnet.c needs (vnet.h), over this guest's own */
+
+const char vnet_guest[] = "hpkvm-guest";
+
+void vnet_puts(const char *s)
+{
+    puts_serial(s);
+}
+
+void vnet_putu(uint64_t v)
+{
+    putu_serial(v);
+}
+
+void vnet_fail(const char *why)
+{
+    fail(why);
+}
+
+uint64_t vnet_deadline(void)
+{
+    return rdtsc() + VNET_WAIT_CYCLES;
+}
+
+bool vnet_expired(uint64_t deadline)
+{
+    return rdtsc() > deadline;
+}
+
+/*
+ * DMA snoops the caches: only the compiler must not keep values across
+ * this (@p is volatile as vnet.c's rings are).
+ */
+void vnet_dma_sync(const volatile void *p, uint32_t len)
+{
+    __asm__ volatile("" : : : "memory");
+}
+
 /* The first function on bus 0 with an MSI-X capability; false if none. */
 static bool find_msix(uint32_t *bdf, uint32_t *cap)
 {
@@ -714,7 +754,7 @@ void bsp_main(void)
     }
 
     if (option("vnet")) {
-        vnet_frames = vnet_send(option("vnet"));
+        vnet_frames = vnet_send(option("vnet"), option("vnet-standby"));
     }
 
     soak_rounds = option("soak");

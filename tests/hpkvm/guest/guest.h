@@ -1,5 +1,6 @@
 /*
- * hpkvm test guest: what boot.S, guest.c and bench.c share
+ * hpkvm test guest: what boot.S, guest.c, bench.c and wedge.c share, and
+ * vnet.h, which guest.c implements for the shared vnet.c
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -12,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "layout.h"
+/* pci_read(), pci_write() and vnet.c's other needs (guest.c); vnet_send() */
+#include "vnet.h"
 
 #define MSR_APIC_BASE   0x1b
 #define MSR_TSC_DEADLINE 0x6e0
@@ -83,12 +86,6 @@ void delay_cycles(uint64_t cycles);
 bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles);
 uint64_t fire_timer(bool tsc_deadline);
 void set_gate(int vec, void *handler);
-
-uint32_t pci_read(uint32_t bdf, uint32_t off);
-void pci_write(uint32_t bdf, uint32_t off, uint32_t v);
-
-/* vnet.c: frames through a virtio-net device ("vnet=N"); how many went */
-uint32_t vnet_send(uint32_t n);
 
 /* bench.c: the micro-benchmarks ("bench=N") */
 void bench_run(uint32_t ncpus, bool tsc_deadline);
