@@ -46,10 +46,10 @@ MODULES = [
 
 
 # The arm64 nested host boots Debian's arm64 build of the same kernel.
-# Its KVM is built in (arm64 KVM cannot be a module), so it needs no
-# module for what it runs today.
+# Its KVM is built in (arm64 KVM cannot be a module); the modules are
+# -netdev hpnet's backends: tap and vhost-net.
 ARM64_KERNEL = TESTED_KERNEL.replace("-amd64", "-arm64")
-ARM64_MODULES = []
+ARM64_MODULES = ["tun", "tap", "vhost_iotlb", "vhost", "vhost_net"]
 ARM64_LIB_DIRS = ["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"]
 
 
@@ -112,6 +112,9 @@ def _unpack(deb, dest):
     if not os.path.isdir(dest):
         tmp = dest + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
+        # The cache's first use may be an arm64 host's, whose packages
+        # come from the sysroot's debs/, not the cache's.
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
         subprocess.run(["dpkg-deb", "-x", deb, tmp], check=True)
         os.replace(tmp, dest)
     return dest

@@ -27,6 +27,8 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
   built for aarch64, pass there;
 - a feature the guest's machine cannot have stops QEMU with the fix:
   vfio-irte=on without an ITS;
+- -netdev hpnet's vhost-net and QEMU's virtio-net carry the guest's
+  frames into a tap;
 - make bench's arm64 exit census (scripts/hpkvm/bench.py) is exact.
 
 Prints TAP.  Each test boots the arm64 nested host once (~5 s).
@@ -301,6 +303,68 @@ qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
                      r"guest: use -M virt,gic-version=3,its=on", err), err
 
 
+# The guest's vnet workload (tests/hpkvm/guest-common/vnet.c) through
+# -netdev hpnet, one backend per need; each run prints "LABEL-before: "
+# and "LABEL-after: " query-hpnet, "LABEL-rx: " the tap's received
+# frames (where there is a tap) and the guest's serial lines.
+HPNET_LIB = r"""
+printf '#!/bin/sh\nip link set "$1" up\n' > /tmp/ifup
+chmod +x /tmp/ifup
+VNET="-machine highmem-ecam=off -fw_cfg name=opt/org.hpkvm/vnet,string=8
+      -fw_cfg name=opt/org.hpkvm/hold,string=1"
+hpnet_run() {
+    label=$1
+    shift
+    start_qemu -accel kvm -smp 1 $VNET "$@" || exit 1
+    echo "$label-before: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+    qmp-exec /tmp/qmp.sock cont > /dev/null
+    i=0
+    while ! grep -q 'PASS\|FAIL' /tmp/serial.log && [ $i -lt 300 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+    echo "$label-after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+    echo "$label-rx: $(cat /sys/class/net/hptap0/statistics/rx_packets 2>/dev/null)"
+    qmp-exec /tmp/qmp.sock quit > /dev/null
+    wait $qemu_pid
+    sed "s/^/$label-serial: /" /tmp/serial.log | tr -d '\r'
+}
+"""
+
+
+@tests.case
+def hpnet_backends_carry_the_guests_frames_on_arm64():
+    """Each need takes its backend on arm64 and the guest's 8 frames go
+    through it into a tap: vhost-net (throughput) and QEMU's own
+    virtio-net (compatibility)."""
+    res = nested(HPNET_LIB + r"""
+hpnet_run vhost-net -netdev hpnet,id=n0,need=throughput,ifname=hptap0,script=/tmp/ifup \
+    -device virtio-net-pci,netdev=n0,romfile=
+hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,ifname=hptap0,script=/tmp/ifup \
+    -device virtio-net-pci,netdev=n0,romfile=
+""")
+    print("#", res.output.replace("\n", "\n# "))
+    for label, backend in (("vhost-net", "vhost-net"),
+                           ("virtio-net", "virtio-net")):
+        serial = lines_with(res.output, f"{label}-serial: ")
+        assert "hpkvm-arm-guest: vnet: sent 8 frames" in serial, \
+            (label, res.output)
+        assert any(line.startswith("hpkvm-arm-guest: PASS ") and
+                   " vnet=8" in line for line in serial), (label, serial)
+        after = json.loads(lines_with(res.output,
+                                      f"{label}-after: ")[0])["return"][0]
+        assert after["backend"] == backend, (label, after)
+        assert after["candidates"][0]["taken"], (label, after)
+        if backend != "virtio-net":
+            before = json.loads(lines_with(
+                res.output, f"{label}-before: ")[0])["return"][0]
+            # vhost starts when the guest's driver is ready, not before.
+            assert before["vhost-started"] is False, (label, before)
+            assert after["vhost-started"] is True, (label, after)
+    for label in ("vhost-net", "virtio-net"):
+        assert int(lines_with(res.output, f"{label}-rx: ")[0]) >= 8, \
+            (label, res.output)
+
+
 @tests.case
 def make_benchs_arm64_exit_census_is_exact():
     """make bench's arm64 table, at its smallest: both accelerators'
@@ -309,7 +373,7 @@ def make_benchs_arm64_exit_census_is_exact():
     what each workload must cost on arm64 KVM, whatever the host's
     interrupts add: one HVC trap per HVC, one system register trap per
     SGI sent, none for the receiver but its wake-up."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(
         __file__)), "..", "..", "..", "scripts", "hpkvm"))
     import bench
     runs = bench.run_nested(os.environ.get("HPKVM_BUILD", "build/qemu"),
