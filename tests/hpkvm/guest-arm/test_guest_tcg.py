@@ -194,32 +194,22 @@ def main():
                 print(f"#   {line}")
         else:
             print(f"ok {n} - {name}")
-    n = len(cases) + 1
-    name = "bench mode stops at its boundaries and reports each workload"
-    try:
-        problems, out = check_bench()
-    except (subprocess.TimeoutExpired, OSError) as e:
-        problems, out = [repr(e)], ""
-    if problems:
-        failed += 1
-        print(f"not ok {n} - {name}")
-        for line in problems + out.splitlines()[-15:]:
-            print(f"#   {line}")
-    else:
-        print(f"ok {n} - {name}")
-    n += 1
-    name = f"vnet sends {VNET_FRAMES} frames through virtio-net-pci"
-    try:
-        problems, out = check_vnet()
-    except (subprocess.TimeoutExpired, OSError) as e:
-        problems, out = [repr(e)], ""
-    if problems:
-        failed += 1
-        print(f"not ok {n} - {name}")
-        for line in problems + out.splitlines()[-15:]:
-            print(f"#   {line}")
-    else:
-        print(f"ok {n} - {name}")
+    checks = [("bench mode stops at its boundaries and reports each "
+               "workload", check_bench),
+              (f"vnet sends {VNET_FRAMES} frames through virtio-net-pci",
+               check_vnet)]
+    for n, (name, check) in enumerate(checks, len(cases) + 1):
+        try:
+            problems, out = check()
+        except (subprocess.TimeoutExpired, OSError) as e:
+            problems, out = [repr(e)], ""
+        if problems:
+            failed += 1
+            print(f"not ok {n} - {name}")
+            for line in problems + out.splitlines()[-15:]:
+                print(f"#   {line}")
+        else:
+            print(f"ok {n} - {name}")
     return 1 if failed else 0
 
 
