@@ -49,7 +49,10 @@ MODULES = [
 # Its KVM is built in (arm64 KVM cannot be a module); the modules are
 # -netdev hpnet's backends: tap and vhost-net.
 ARM64_KERNEL = TESTED_KERNEL.replace("-amd64", "-arm64")
-ARM64_MODULES = ["tun", "tap", "vhost_iotlb", "vhost", "vhost_net"]
+ARM64_MODULES = [
+    "tun", "tap", "vhost_iotlb", "vhost", "vhost_net",
+    "igb", "vfio", "vfio_iommu_type1", "vfio-pci",
+]
 ARM64_LIB_DIRS = ["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"]
 
 
@@ -202,6 +205,16 @@ def _sha(*parts):
     for p in parts:
         h.update(p if isinstance(p, bytes) else p.encode())
     return h.hexdigest()[:16]
+
+
+def arm64_firmware(cache):
+    """Debian's UEFI firmware for QEMU's arm64 virt machine (arch: all);
+    its path.  The arm64 nested host boots through it, with ACPI, when it
+    has an SMMU: see nested_host.run."""
+    deb = _download("qemu-efi-aarch64", os.path.join(cache, "debs"))
+    pkg = _unpack(deb, os.path.join(cache, "qemu-efi-aarch64"))
+    return os.path.join(pkg, "usr", "share", "qemu-efi-aarch64",
+                        "QEMU_EFI.fd")
 
 
 def arm64_sysroot():

@@ -26,6 +26,7 @@ $HPKVM_GUEST is our test guest.
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from cpio_newc import NewcWriter  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BUILD = os.path.normpath(os.path.join(HERE, "../../../build/qemu"))
 EXIT_MARK = "NESTED-HOST-EXIT "
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;=?]*[A-Za-z]")
 
 
 # Shell functions for payloads that run an L2 QEMU with QMP on
@@ -133,12 +135,14 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     kernel on TCG's virt machine with EL2 (GICv3 with an ITS), where
     arm64 KVM's own code runs, with the aarch64 cross build of QEMU
     (build/aarch64) and the aarch64 test guest inside; there, kvm is
-    "stock" (no reference KVM for arm64 yet), and no IOMMU, VF, libvirt
-    or installed tree yet;
+    "stock" (no reference KVM for arm64 yet), and no libvirt or
+    installed tree yet;
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
-    iommu: emulated VT-d with interrupt remapping;
+    iommu: emulated VT-d with interrupt remapping; on arm64, an SMMUv3,
+    and the host boots through UEFI with ACPI, as Arm servers do (see
+    below why not with a device tree);
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
     vfio_vfs of them bound to vfio-pci (vfs=0: no NIC);
     files: {path inside: bytes} added next to the script in /payload;
@@ -154,11 +158,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
-    if arch == "aarch64" and (kvm != "stock" or iommu or vfs or libvirt or
-                              installed):
+    if arch == "aarch64" and (kvm != "stock" or libvirt or installed):
         raise ValueError("the arm64 nested host has Debian's KVM only "
-                         "(kvm='stock'), and no iommu, vfs, libvirt or "
-                         "installed yet")
+                         "(kvm='stock'), and no libvirt or installed yet")
     build = build or build_dir()
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
@@ -211,7 +213,17 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
             cmdline[:0] = ["console=ttyS0", "tsc=reliable"]
             machine = "q35"
             cpu = "max"
-        if iommu:
+        firmware = []
+        if iommu and arch == "aarch64":
+            # Linux 6.1 booted from a device tree enables ACS on PCIe
+            # ports only if an IOMMU asked for it before PCI enumeration,
+            # and the SMMUv3's OF code asks later (fixed upstream in 6.8):
+            # every VF then shares the root port's IOMMU group and none
+            # can be passed through alone.  ACPI's IORT asks in time.
+            machine += ",iommu=smmuv3"
+            firmware = ["-bios", image.arm64_firmware(cache)]
+            cmdline.append("acpi=force")
+        elif iommu:
             cmdline.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
         # One TCG thread for all vCPUs: with a thread per vCPU, QEMU 10.0
@@ -225,13 +237,13 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
                "-machine", machine,
                "-m", mem, "-smp", str(cpus), "-nodefaults",
                "-display", "none", "-no-reboot",
-               "-kernel", vmlinuz, "-initrd", initrd,
+               *firmware, "-kernel", vmlinuz, "-initrd", initrd,
                "-append", " ".join(cmdline + list(append)),
                "-chardev", f"file,id=con,path={console}",
                "-serial", "chardev:con",
                "-chardev", f"file,id=out,path={output}",
                "-serial", "chardev:out"]
-        if iommu:
+        if iommu and arch == "x86_64":
             cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on"]
         if vfs:
             cmd += ["-device", "pcie-root-port,id=rp0,chassis=1",
@@ -260,9 +272,12 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
 
 
 def _read(path):
+    """A serial port's text, without what only a terminal reads: the
+    carriage returns, and the escape sequences with which UEFI (arm64
+    with an SMMU) clears every serial port it finds."""
     try:
         with open(path, errors="replace") as f:
-            return f.read().replace("\r", "")
+            return ANSI_ESCAPE.sub("", f.read().replace("\r", ""))
     except FileNotFoundError:
         return ""
 

@@ -111,11 +111,12 @@ def lines_with(output, prefix):
             if line.startswith(prefix)]
 
 
-def nested(script):
-    """run() in the arm64 nested host; booted once more if the nested
-    host itself failed (the emulated test bed, not what is tested)."""
+def nested(script, **extra):
+    """run() in the arm64 nested host (extra: more of run()'s options);
+    booted once more if the nested host itself failed (the emulated test
+    bed, not what is tested)."""
     kwargs = dict(arch="aarch64", kvm="stock", iommu=False, cpus=4,
-                  timeout=NESTED_TIMEOUT)
+                  timeout=NESTED_TIMEOUT) | extra
     try:
         res = run(PAYLOAD_LIB + script, **kwargs)
     except NestedHostError as e:
@@ -363,6 +364,31 @@ hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,ifname=hptap0,script
     for label in ("vhost-net", "virtio-net"):
         assert int(lines_with(res.output, f"{label}-rx: ")[0]) >= 8, \
             (label, res.output)
+
+
+@tests.case
+def hpnet_passes_an_sriov_vf_through_on_arm64():
+    """need=isolation takes an igb VF on vfio-pci behind the host's SMMUv3
+    (each VF its own IOMMU group: ACS on, see nested_host.run) and plugs
+    it behind the guest's root port as the failover primary of its
+    virtio-net standby, once the guest accepted STANDBY."""
+    res = nested(HPNET_LIB + r"""
+pf=$(basename "$(dirname "$(ls /sys/bus/pci/devices/*/sriov_numvfs | head -1)")")
+for vf in /sys/bus/pci/devices/$pf/virtfn*; do
+    echo "group: $(basename $(readlink $vf)) $(basename $(readlink $vf/iommu_group))"
+done
+hpnet_run sriov -fw_cfg name=opt/org.hpkvm/vnet-standby,string=1     -device pcie-root-port,id=rp1,slot=1,chassis=1     -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap0,script=/tmp/ifup     -device virtio-net-pci,netdev=n1,id=net1,failover=on,romfile=
+""", iommu=True, vfs=2, vfio_vfs=2)
+    print("#", res.output.replace("\n", "\n# "))
+    groups = [line.split()[1] for line in lines_with(res.output, "group: ")]
+    assert len(groups) == 2 and len(set(groups)) == 2, res.output
+    after = json.loads(lines_with(res.output, "sriov-after: ")[0])["return"][0]
+    assert after["backend"] == "sriov" and after["vf"], after
+    serial = lines_with(res.output, "sriov-serial: ")
+    assert "hpkvm-arm-guest: vnet: sent 8 frames" in serial, res.output
+    # QEMU plugged the VF (igbvf, 8086:10ca) once the guest took STANDBY.
+    assert "hpkvm-arm-guest: vnet: failover primary 32902:4298 on bus 1" \
+        in serial, serial
 
 
 @tests.case
