@@ -76,6 +76,7 @@ ARM_TARGETS := qemu-system-aarch64 \
 	tools/hpkvm/qemu-hpkvm-helper \
 	tools/hpkvm/qemu-hpkvm-check \
 	tests/hpkvm/nested-host/qmp-exec \
+	tests/hpkvm/net/hpkvm-vhost-user-bridge \
 	$(addprefix tests/unit/test-hpkvm-,$(ARM_UNIT_TESTS))
 
 .PHONY: all build configure run check bench install deb kvm arm clean

@@ -366,6 +366,8 @@ def hpkvm_inputs_arm64(build):
               os.path.join(arm, "tools/hpkvm/qemu-hpkvm-check")),
              ("hpkvm/bin/qmp-exec",
               os.path.join(arm, "tests/hpkvm/nested-host/qmp-exec")),
+             ("hpkvm/bin/vhost-user-bridge",
+              os.path.join(arm, "tests/hpkvm/net/hpkvm-vhost-user-bridge")),
              ("hpkvm/guests/hpkvm-guest-arm.elf",
               os.path.join(build, "tests/hpkvm/guest-arm",
                            "hpkvm-guest-arm.elf"))]
@@ -581,13 +583,16 @@ def build_kvm(build, kver):
 
 
 def build_hpkvm(build, out, arch="x86_64"):
-    """The cpio of our build; rebuilt when an input is newer."""
+    """The cpio of our build; rebuilt when an input is newer, or the
+    inputs are other files than the cpio was packed from (out's .inputs
+    lists those)."""
     files = hpkvm_inputs_arm64(build) if arch == "aarch64" else \
         hpkvm_inputs(build)
     for _, host in files:
         if not os.path.exists(host):
             raise RuntimeError(f"{host} is missing: build it first (make)")
-    if os.path.exists(out):
+    manifest = "".join(f"{path} {host}\n" for path, host in files)
+    if os.path.exists(out) and _read_text(out + ".inputs") == manifest:
         newest = max(os.stat(h).st_mtime for _, h in files)
         if os.stat(out).st_mtime >= newest:
             return out
@@ -604,4 +609,14 @@ def build_hpkvm(build, out, arch="x86_64"):
     w.add_file(files[0][0], stripped, 0o755)
     w.write(out)
     os.unlink(stripped)
+    with open(out + ".inputs", "w") as f:
+        f.write(manifest)
     return out
+
+
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

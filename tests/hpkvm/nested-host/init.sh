@@ -25,6 +25,8 @@ mount -t tmpfs tmpfs /run
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
+# Loopback, as on any host: vhost-user-bridge's UDP backend uses it.
+ip link set lo up
 
 # x86's 8250s, or the arm64 virt machine's two PL011s.
 con=/dev/ttyS0

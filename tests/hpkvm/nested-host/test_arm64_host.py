@@ -28,7 +28,9 @@ and the aarch64 test guest (tests/hpkvm/guest-arm):
 - a feature the guest's machine cannot have stops QEMU with the fix:
   vfio-irte=on without an ITS;
 - -netdev hpnet's vhost-net and QEMU's virtio-net carry the guest's
-  frames into a tap;
+  frames into a tap, vhost-user to QEMU's vhost-user-bridge, and an igb
+  VF on vfio-pci behind the host's SMMUv3 is plugged as the failover
+  primary;
 - make bench's arm64 exit census (scripts/hpkvm/bench.py) is exact.
 
 Prints TAP.  Each test boots the arm64 nested host once (~5 s).
@@ -335,17 +337,36 @@ hpnet_run() {
 @tests.case
 def hpnet_backends_carry_the_guests_frames_on_arm64():
     """Each need takes its backend on arm64 and the guest's 8 frames go
-    through it into a tap: vhost-net (throughput) and QEMU's own
-    virtio-net (compatibility)."""
+    through it: vhost-net (throughput) and QEMU's own virtio-net
+    (compatibility) into a tap; vhost-user (latency) to QEMU's
+    vhost-user-bridge, which sends each as a UDP datagram (counted by the
+    host's UDP statistics: nothing else in the nested host sends any)."""
     res = nested(HPNET_LIB + r"""
 hpnet_run vhost-net -netdev hpnet,id=n0,need=throughput,ifname=hptap0,script=/tmp/ifup \
     -device virtio-net-pci,netdev=n0,romfile=
 hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,ifname=hptap0,script=/tmp/ifup \
     -device virtio-net-pci,netdev=n0,romfile=
+udp_out() { awk '/^Udp: [0-9]/ { print $5 }' /proc/net/snmp; }
+vhost-user-bridge -u /tmp/vubr.sock -l 127.0.0.1:4444 -r 127.0.0.1:5555 \
+    > /tmp/bridge.log 2>&1 &
+bridge=$!
+i=0
+while [ ! -S /tmp/vubr.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+udp_before=$(udp_out)
+hpnet_run vhost-user -object memory-backend-memfd,id=mem,size=128M,share=on \
+    -machine memory-backend=mem \
+    -netdev hpnet,id=n0,need=latency,vhost-user-socket=/tmp/vubr.sock \
+    -device virtio-net-pci,netdev=n0,romfile=
+echo "vhost-user-udp: $(($(udp_out) - udp_before))"
+# The bridge ends with QEMU's connection; if it has not, it is stopped.
+kill $bridge 2>/dev/null
+wait $bridge
+grep -v '^[TR]X::' /tmp/bridge.log | tail -n 5 | sed 's/^/bridge: /'
 """)
     print("#", res.output.replace("\n", "\n# "))
     for label, backend in (("vhost-net", "vhost-net"),
-                           ("virtio-net", "virtio-net")):
+                           ("virtio-net", "virtio-net"),
+                           ("vhost-user", "vhost-user")):
         serial = lines_with(res.output, f"{label}-serial: ")
         assert "hpkvm-arm-guest: vnet: sent 8 frames" in serial, \
             (label, res.output)
@@ -364,6 +385,7 @@ hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,ifname=hptap0,script
     for label in ("vhost-net", "virtio-net"):
         assert int(lines_with(res.output, f"{label}-rx: ")[0]) >= 8, \
             (label, res.output)
+    assert lines_with(res.output, "vhost-user-udp: ") == ["8"], res.output
 
 
 @tests.case
