@@ -16,6 +16,10 @@
  *                   fail the run
  *   vnet-standby=1  with vnet, accept VIRTIO_NET_F_STANDBY and report the
  *                   failover primary QEMU plugs then, on buses 1-15
+ *   vf-msi=1        with vnet-standby, route that primary's (an igb VF's)
+ *                   first MSI-X vector through the ITS (its.c) to LPI
+ *                   8192, have the VF raise it once and say
+ *                   "vf-msi: devid=D event=0 lpi=8192 taken=N"
  *   hold=1          after the PASS line, wait with interrupts masked
  *                   instead of powering off, so the host can read
  *                   statistics first
@@ -69,6 +73,11 @@
 #define BENCH_OPTION    "opt/org.hpkvm/bench"
 #define VNET_OPTION     "opt/org.hpkvm/vnet"
 #define STANDBY_OPTION  "opt/org.hpkvm/vnet-standby"
+#define VF_MSI_OPTION   "opt/org.hpkvm/vf-msi"
+#define VF_MSI_LPI      8192
+/* An igb VF's interrupt cause set and mask set registers, in its BAR 0 */
+#define IGBVF_EICS      0x1520
+#define IGBVF_EIMS      0x1524
 #define HOLD_OPTION     "opt/org.hpkvm/hold"
 
 /*
@@ -82,6 +91,7 @@ static volatile uint32_t pongs;                 /* replies CPU 0 took */
 volatile uint32_t timer_irqs;                   /* CPU 0's */
 volatile uint64_t timer_irq_at;                 /* the last one's counter */
 static volatile uint32_t spurious;
+static volatile uint32_t vf_msis;               /* LPI VF_MSI_LPI taken */
 
 static inline void cpu_relax(void)
 {
@@ -220,6 +230,39 @@ void vnet_dma_sync(const volatile void *p, uint32_t len)
         asm volatile("dc civac, %0" : : "r"(addr) : "memory");
     }
     dsb();
+}
+
+/*
+ * The failover primary's MSI as an LPI, mapped in the ITS before the
+ * device's MSI-X vector is enabled: the order in which KVM can forward
+ * it (its.c).  Its device ID is its requester ID, which QEMU gives KVM.
+ */
+static void route_vf_msi(void)
+{
+    uint64_t end = vnet_deadline();
+    uintptr_t doorbell, regs;
+
+    if (vnet_primary == VNET_NO_PRIMARY) {
+        fail("vf-msi: no failover primary", 0);
+    }
+    doorbell = its_map_msi(vnet_primary, 0, VF_MSI_LPI);
+    pci_msix_route(vnet_primary, doorbell, 0);
+    /* Cause 0, which is MSI-X vector 0, unmasked and set: one MSI */
+    regs = pci_bar_address(vnet_primary, 0);
+    asm volatile("msr daifclr, #2" : : : "memory");
+    mmio_write32(regs + IGBVF_EIMS, 1);
+    mmio_write32(regs + IGBVF_EICS, 1);
+    while (!vf_msis && !vnet_expired(end)) {
+        cpu_relax();
+    }
+    asm volatile("msr daifset, #2" : : : "memory");
+    put("hpkvm-arm-guest: vf-msi: devid=");
+    put_dec(vnet_primary);
+    put(" event=0 lpi=");
+    put_dec(VF_MSI_LPI);
+    put(" taken=");
+    put_dec(vf_msis);
+    put("\n");
 }
 
 /* Masked and in WFI for good: nothing ends the run but the host. */
@@ -366,6 +409,9 @@ void irq_exception(void)
     case SGI_BENCH:
         bench_sgi();
         break;
+    case VF_MSI_LPI:
+        vf_msis++;
+        break;
     default:
         fail("unexpected interrupt", intid);
     }
@@ -473,7 +519,7 @@ static void check_sgis(unsigned cpus)
 
 void guest_main(void)
 {
-    uint64_t samples, vnet = 0, standby = 0, hold_on = 0;
+    uint64_t samples, vnet = 0, standby = 0, vf_msi = 0, hold_on = 0;
     uint32_t vnet_frames = 0;
     unsigned cpus;
 
@@ -506,6 +552,10 @@ void guest_main(void)
         vnet_frames = vnet_send(vnet, standby);
         if (vnet_frames < vnet) {
             fail("vnet: frames the device took:", vnet_frames);
+        }
+        fw_cfg_uint(VF_MSI_OPTION, &vf_msi);
+        if (vf_msi) {
+            route_vf_msi();
         }
     }
 

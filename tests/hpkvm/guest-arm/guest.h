@@ -113,6 +113,17 @@ void send_sgi(unsigned intid, uint64_t mpidr);
 
 /* pci.c; pci_read() and pci_write() are in vnet.h */
 void pci_setup_bridges(void);
+/*
+ * Route @bdf's first MSI-X vector to @addr with @data, and enable it;
+ * this places @bdf's memory BARs, whose addresses pci_bar_address() says
+ */
+void pci_msix_route(uint32_t bdf, uintptr_t addr, uint32_t data);
+uintptr_t pci_bar_address(uint32_t bdf, unsigned n);
+/*
+ * Map device @devid's MSI @event to LPI @lpi on the boot CPU through the
+ * ITS (its.c); return the address its MSIs are written to.
+ */
+uintptr_t its_map_msi(uint32_t devid, uint32_t event, uint32_t lpi);
 
 /* fw_cfg.c */
 bool fw_cfg_uint(const char *name, uint64_t *value);

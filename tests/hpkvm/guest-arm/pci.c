@@ -6,7 +6,8 @@
  * vnet.h).  That ECAM holds buses 0-15.  No firmware enumerated them,
  * so no BAR is assigned and no bridge forwards anything unless the guest
  * does it itself: pci_setup_bridges() does the little of that which
- * vnet.c's failover primary, plugged behind a root port, needs.
+ * vnet.c's failover primary, plugged behind a root port, needs, and
+ * pci_msix_route() places that primary's BARs to reach its MSI-X table.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -19,6 +20,27 @@
 #define PCIE_ECAM_BASE      0x3f000000UL
 #define PCIE_ECAM_BUSES     16
 
+#define PCI_COMMAND         0x04
+#define PCI_COMMAND_MEMORY  (1u << 1)
+#define PCI_COMMAND_MASTER  (1u << 2)
+#define PCI_BAR(n)          (0x10 + 4 * (n))
+#define PCI_BAR_IO          (1u << 0)
+#define PCI_BAR_64          (2u << 1)
+#define PCI_BAR_PREFETCH    (1u << 3)
+#define PCI_MEMORY_WINDOW   0x20        /* base and limit, 1 MiB grain */
+#define PCI_PREF_WINDOW     0x24        /* and upper halves at 0x28, 0x2c */
+#define PCI_CAP_ID_MSIX     0x11
+#define PCI_MSIX_ENABLE     (1u << 31)  /* of the capability's first word */
+#define PCI_MSIX_MASKALL    (1u << 30)
+
+/*
+ * Where pci_msix_route() puts a device's BARs: the virt machine's 32-bit
+ * MMIO window (0x10000000-0x3efeffff), the first MiB for its bridge's
+ * memory window, the next for its prefetchable one.
+ */
+#define PCI_MMIO_BASE       0x10000000UL
+#define PCI_PREF_BASE       0x10100000UL
+#define PCI_WINDOW_SIZE     0x100000UL
 #define PCI_HEADER_TYPE     0x0c        /* its byte 2 */
 #define PCI_HEADER_BRIDGE   1
 #define PCI_CAPABILITIES    0x34
@@ -57,15 +79,15 @@ void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
     }
 }
 
-/* The function's PCI Express capability, or 0 */
-static uint32_t pcie_cap(uint32_t bdf)
+/* The function's capability @id, or 0 */
+static uint32_t pci_find_cap(uint32_t bdf, uint32_t id)
 {
     uint32_t cap, hdr;
 
     for (cap = pci_read(bdf, PCI_CAPABILITIES) & 0xfc; cap;
          cap = (hdr >> 8) & 0xfc) {
         hdr = pci_read(bdf, cap);
-        if ((hdr & 0xff) == PCI_CAP_ID_EXP) {
+        if ((hdr & 0xff) == id) {
             return cap;
         }
     }
@@ -93,7 +115,7 @@ void pci_setup_bridges(void)
         }
         pci_write(devfn, PCI_BUS_NUMBERS, bus << 16 | bus << 8);
         bus++;
-        cap = pcie_cap(devfn);
+        cap = pci_find_cap(devfn, PCI_CAP_ID_EXP);
         if (cap && (pci_read(devfn, cap + PCI_EXP_SLTCAP) &
                     PCI_EXP_SLTCAP_PCP)) {
             /* Slot Status is written zero: its RW1C bits stay as they are */
@@ -102,4 +124,102 @@ void pci_setup_bridges(void)
                       ~PCI_EXP_SLTCTL_PCC);
         }
     }
+}
+
+/* The bridge on bus 0 whose secondary bus is @bus (pci_setup_bridges()) */
+static uint32_t pci_bridge_to(uint32_t bus)
+{
+    uint32_t devfn;
+
+    for (devfn = 0; devfn < 256; devfn++) {
+        if ((pci_read(devfn, 0) & 0xffff) != 0xffff &&
+            (pci_read(devfn, PCI_HEADER_TYPE) >> 16 & 0x7f) ==
+            PCI_HEADER_BRIDGE &&
+            (pci_read(devfn, PCI_BUS_NUMBERS) >> 8 & 0xff) == bus) {
+            return devfn;
+        }
+    }
+    fail("pci: no bridge to bus", bus);
+}
+
+/* A bridge window register's value for [base, base + PCI_WINDOW_SIZE) */
+static uint32_t pci_window(uintptr_t base)
+{
+    return (base >> 16 & 0xfff0) |
+           (uint32_t)((base + PCI_WINDOW_SIZE - 1) >> 16 & 0xfff0) << 16;
+}
+
+/*
+ * Size and place each memory BAR of @bdf, a device behind a bridge on
+ * bus 0, in its bridge's windows (which this opens); return BAR @want's
+ * address.  I/O BARs are left unassigned.
+ */
+static uintptr_t pci_assign_bars(uint32_t bdf, unsigned want)
+{
+    uintptr_t next[2] = { PCI_MMIO_BASE, PCI_PREF_BASE }, addr, wanted = 0;
+    uint32_t bridge = pci_bridge_to(bdf >> 8), bar, size;
+    unsigned n, pref;
+
+    for (n = 0; n < 6; n++) {
+        bar = pci_read(bdf, PCI_BAR(n));
+        if (bar & PCI_BAR_IO) {
+            continue;
+        }
+        pci_write(bdf, PCI_BAR(n), 0xffffffff);
+        size = ~(pci_read(bdf, PCI_BAR(n)) & ~0xfu) + 1;
+        if (size == 0) {            /* not implemented */
+            continue;
+        }
+        pref = !!(bar & PCI_BAR_PREFETCH);
+        addr = (next[pref] + size - 1) & ~((uintptr_t)size - 1);
+        if (addr + size > (pref ? PCI_PREF_BASE : PCI_MMIO_BASE) +
+            PCI_WINDOW_SIZE) {
+            fail("pci: BARs beyond the window, BAR", n);
+        }
+        next[pref] = addr + size;
+        pci_write(bdf, PCI_BAR(n), addr);
+        if (n == want) {
+            wanted = addr;
+        }
+        if (bar & PCI_BAR_64) {
+            pci_write(bdf, PCI_BAR(++n), 0);
+        }
+    }
+    if (!wanted) {
+        fail("pci: no memory BAR", want);
+    }
+    pci_write(bridge, PCI_MEMORY_WINDOW, pci_window(PCI_MMIO_BASE));
+    pci_write(bridge, PCI_PREF_WINDOW, pci_window(PCI_PREF_BASE));
+    pci_write(bridge, PCI_PREF_WINDOW + 4, 0);
+    pci_write(bridge, PCI_PREF_WINDOW + 8, 0);
+    pci_write(bridge, PCI_COMMAND, (pci_read(bridge, PCI_COMMAND) & 0xffff) |
+              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    return wanted;
+}
+
+void pci_msix_route(uint32_t bdf, uintptr_t addr, uint32_t data)
+{
+    uint32_t cap = pci_find_cap(bdf, PCI_CAP_ID_MSIX), table;
+    uintptr_t entry;
+
+    if (!cap) {
+        fail("pci: no MSI-X capability, device", bdf);
+    }
+    table = pci_read(bdf, cap + 4);
+    entry = pci_assign_bars(bdf, table & 7) + (table & ~7u);
+    /* Memory decoding for the table; bus master for the MSI's write */
+    pci_write(bdf, PCI_COMMAND, (pci_read(bdf, PCI_COMMAND) & 0xffff) |
+              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    mmio_write32(entry + 0, addr);
+    mmio_write32(entry + 4, (uint64_t)addr >> 32);
+    mmio_write32(entry + 8, data);
+    mmio_write32(entry + 12, 0);                /* unmasked */
+    pci_write(bdf, cap, (pci_read(bdf, cap) | PCI_MSIX_ENABLE) &
+              ~PCI_MSIX_MASKALL);
+}
+
+uintptr_t pci_bar_address(uint32_t bdf, unsigned n)
+{
+    /* Below 4 GiB, where pci_assign_bars() puts each */
+    return pci_read(bdf, PCI_BAR(n)) & ~0xfu;
 }

@@ -233,6 +233,8 @@ static void say(const char *s)
  * With STANDBY accepted, QEMU plugs the failover primary (the VF) into
  * its PCIe root port: look for it on the buses behind the root ports.
  */
+uint32_t vnet_primary = VNET_NO_PRIMARY;
+
 static void find_primary(void)
 {
     uint64_t end = vnet_deadline();
@@ -249,6 +251,7 @@ static void find_primary(void)
                 vnet_puts(" on bus ");
                 vnet_putu(bus);
                 vnet_puts("\n");
+                vnet_primary = bus << 8;
                 return;
             }
         }

@@ -55,4 +55,11 @@ void vnet_dma_sync(const volatile void *p, uint32_t len);
  */
 uint32_t vnet_send(uint32_t n, bool standby);
 
+/*
+ * Where vnet_send() found the failover primary (bus << 8 | devfn), or
+ * VNET_NO_PRIMARY.
+ */
+#define VNET_NO_PRIMARY 0xffffffffu
+extern uint32_t vnet_primary;
+
 #endif

@@ -128,7 +128,8 @@ def build_dir():
 
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
-        libvirt=False, installed=False, append=(), arch="x86_64"):
+        libvirt=False, installed=False, append=(), arch="x86_64",
+        gic=3):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -137,6 +138,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     (build/aarch64) and the aarch64 test guest inside; there, kvm is
     "stock" (no reference KVM for arm64 yet), and no libvirt or
     installed tree yet;
+
+    gic: on arm64, the host's GIC version: 3, or 4, TCG's GICv4.0, where
+    KVM maps a passed-through device's MSIs as vLPIs
+    (kvm-arm.vgic_v4_enable=1: off by default in Linux 6.1);
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
@@ -158,6 +163,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
+    if gic not in (3, 4) or (gic == 4 and arch != "aarch64"):
+        raise ValueError(f"gic={gic!r}: 3, or 4 on arch='aarch64'")
     if arch == "aarch64" and (kvm != "stock" or libvirt or installed):
         raise ValueError("the arm64 nested host has Debian's KVM only "
                          "(kvm='stock'), and no libvirt or installed yet")
@@ -207,7 +214,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
             # pauth-impdef: TCG's architected pointer authentication
             # (QARMA) costs much of the boot; KVM does not care which.
             cmdline.insert(0, "console=ttyAMA0")
-            machine = "virt,virtualization=on,gic-version=3,its=on"
+            machine = f"virt,virtualization=on,gic-version={gic},its=on"
+            if gic == 4:
+                cmdline.append("kvm-arm.vgic_v4_enable=1")
             cpu = "max,pauth-impdef=on"
         else:
             cmdline[:0] = ["console=ttyS0", "tsc=reliable"]

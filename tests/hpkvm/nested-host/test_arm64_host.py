@@ -309,8 +309,10 @@ qemu-system-aarch64 -accel hpkvm,vfio-irte=on -M virt,its=off -cpu host \
 # The guest's vnet workload (tests/hpkvm/guest-common/vnet.c) through
 # -netdev hpnet, one backend per need; each run prints "LABEL-before: "
 # and "LABEL-after: " query-hpnet, "LABEL-rx: " the tap's received
-# frames (where there is a tap) and the guest's serial lines.
+# frames (where there is a tap) and the guest's serial lines; a payload
+# may redefine hpnet_peek LABEL to look at the host while the guest holds.
 HPNET_LIB = r"""
+hpnet_peek() { :; }
 printf '#!/bin/sh\nip link set "$1" up\n' > /tmp/ifup
 chmod +x /tmp/ifup
 VNET="-machine highmem-ecam=off -fw_cfg name=opt/org.hpkvm/vnet,string=8
@@ -326,6 +328,7 @@ hpnet_run() {
         sleep 0.1; i=$((i + 1))
     done
     echo "$label-after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
+    hpnet_peek $label
     echo "$label-rx: $(cat /sys/class/net/hptap0/statistics/rx_packets 2>/dev/null)"
     qmp-exec /tmp/qmp.sock quit > /dev/null
     wait $qemu_pid
@@ -389,28 +392,61 @@ grep -v '^[TR]X::' /tmp/bridge.log | tail -n 5 | sed 's/^/bridge: /'
 
 
 @tests.case
-def hpnet_passes_an_sriov_vf_through_on_arm64():
+def hpnet_passes_an_sriov_vf_through_on_arm64_its_msi_a_vlpi_on_gicv4():
     """need=isolation takes an igb VF on vfio-pci behind the host's SMMUv3
     (each VF its own IOMMU group: ACS on, see nested_host.run) and plugs
     it behind the guest's root port as the failover primary of its
-    virtio-net standby, once the guest accepted STANDBY."""
-    res = nested(HPNET_LIB + r"""
+    virtio-net standby, once the guest accepted STANDBY.  The guest maps
+    the VF's MSI through its ITS and has the VF raise it: on a GICv3 host
+    the host takes it and KVM injects it; on a GICv4 host
+    (kvm-arm.vgic_v4_enable=1) KVM has forwarded it as a vLPI, its
+    vgic-state shows the guest's LPI backed by a host interrupt (the HW
+    flag), and the guest takes it without the host taking it."""
+    for gic in (3, 4):
+        res = nested(HPNET_LIB + r"""
 pf=$(basename "$(dirname "$(ls /sys/bus/pci/devices/*/sriov_numvfs | head -1)")")
 for vf in /sys/bus/pci/devices/$pf/virtfn*; do
     echo "group: $(basename $(readlink $vf)) $(basename $(readlink $vf/iommu_group))"
 done
-hpnet_run sriov -fw_cfg name=opt/org.hpkvm/vnet-standby,string=1     -device pcie-root-port,id=rp1,slot=1,chassis=1     -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap0,script=/tmp/ifup     -device virtio-net-pci,netdev=n1,id=net1,failover=on,romfile=
-""", iommu=True, vfs=2, vfio_vfs=2)
-    print("#", res.output.replace("\n", "\n# "))
-    groups = [line.split()[1] for line in lines_with(res.output, "group: ")]
-    assert len(groups) == 2 and len(set(groups)) == 2, res.output
-    after = json.loads(lines_with(res.output, "sriov-after: ")[0])["return"][0]
-    assert after["backend"] == "sriov" and after["vf"], after
-    serial = lines_with(res.output, "sriov-serial: ")
-    assert "hpkvm-arm-guest: vnet: sent 8 frames" in serial, res.output
-    # QEMU plugged the VF (igbvf, 8086:10ca) once the guest took STANDBY.
-    assert "hpkvm-arm-guest: vnet: failover primary 32902:4298 on bus 1" \
-        in serial, serial
+# The PF up, as on a host that uses it: only then is igb in MSI-X mode,
+# which its VFs' interrupts need.
+ip link set "$(ls /sys/bus/pci/devices/$pf/net)" up
+mount -t debugfs none /sys/kernel/debug
+# KVM's view of the guest's LPIs: "LPI INTID TGT PLAEHCG ...", the fifth
+# flag H: whether a host interrupt backs it; and how often the host took
+# the VF's MSI itself: "N: COUNT... vfio-msix[0](VF)".
+hpnet_peek() {
+    grep -h '^ *LPI ' /sys/kernel/debug/kvm/*/vgic-state | sed "s/^ */$1-lpi: /"
+    grep 'vfio-msix' /proc/interrupts | sed "s/^ */$1-host-irq: /"
+}
+hpnet_run sriov -fw_cfg name=opt/org.hpkvm/vnet-standby,string=1 \
+    -fw_cfg name=opt/org.hpkvm/vf-msi,string=1 \
+    -device pcie-root-port,id=rp1,slot=1,chassis=1 \
+    -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap0,script=/tmp/ifup \
+    -device virtio-net-pci,netdev=n1,id=net1,failover=on,romfile=
+""", iommu=True, vfs=2, vfio_vfs=2, gic=gic)
+        print(f"# GICv{gic} host:\n#", res.output.replace("\n", "\n# "))
+        groups = [line.split()[1]
+                  for line in lines_with(res.output, "group: ")]
+        assert len(groups) == 2 and len(set(groups)) == 2, res.output
+        after = json.loads(lines_with(res.output,
+                                      "sriov-after: ")[0])["return"][0]
+        assert after["backend"] == "sriov" and after["vf"], after
+        serial = lines_with(res.output, "sriov-serial: ")
+        assert "hpkvm-arm-guest: vnet: sent 8 frames" in serial, res.output
+        # QEMU plugged the VF (igbvf, 8086:10ca) once the guest took
+        # STANDBY.
+        assert "hpkvm-arm-guest: vnet: failover primary 32902:4298 " \
+            "on bus 1" in serial, serial
+        assert "hpkvm-arm-guest: vf-msi: devid=256 event=0 lpi=8192 " \
+            "taken=1" in serial, (gic, serial)
+        lpis = [line.split() for line in lines_with(res.output, "sriov-lpi: ")]
+        hw = "1" if gic == 4 else "0"
+        assert [(lpi[1], lpi[3][4]) for lpi in lpis] == [("8192", hw)], \
+            (gic, lpis)
+        irq, = lines_with(res.output, "sriov-host-irq: ")
+        taken_by_host = sum(int(n) for n in irq.split()[1:5])
+        assert taken_by_host == (0 if gic == 4 else 1), (gic, irq)
 
 
 @tests.case
@@ -451,3 +487,4 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
+
