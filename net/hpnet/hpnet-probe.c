@@ -83,7 +83,9 @@ bool hpnet_probe_vf(const char *root, const char *vf, char **why)
     group = probe_link_name(grp_link);
     if (!group) {
         *why = g_strdup_printf("VF %s has no IOMMU group: enable the IOMMU "
-                               "(intel_iommu=on or amd_iommu=on)", vf);
+                               "(intel_iommu=on or amd_iommu=on; on arm64 "
+                               "the SMMU, in ACPI's IORT or the device "
+                               "tree)", vf);
         return false;
     }
     node = g_strdup_printf("/dev/vfio/%s", group);
@@ -100,10 +102,20 @@ bool hpnet_probe_vf(const char *root, const char *vf, char **why)
     while (members && (m = g_dir_read_name(members))) {
         g_autofree char *mdev = g_strconcat(root, PCI_DEVICES, m, NULL);
 
+        /*
+         * A port above the VF lands in its group when the port does not
+         * isolate it (no ACS): Linux 6.1 booted from a device tree
+         * enables ACS only after it has enumerated the ports, too late
+         * (later kernels request it in time; ACPI's IORT always did).
+         */
         if (!probe_on_vfio(mdev)) {
             *why = g_strdup_printf("IOMMU group %s of VF %s also holds %s, "
                                    "which is not on vfio-pci: a group "
-                                   "passes through whole", group, vf, m);
+                                   "passes through whole (a port above "
+                                   "the VF without ACS joins it: boot an "
+                                   "arm64 host with ACPI, where Linux 6.1 "
+                                   "enables ACS in time)",
+                                   group, vf, m);
             return false;
         }
     }

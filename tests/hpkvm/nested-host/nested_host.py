@@ -226,9 +226,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         if iommu and arch == "aarch64":
             # Linux 6.1 booted from a device tree enables ACS on PCIe
             # ports only if an IOMMU asked for it before PCI enumeration,
-            # and the SMMUv3's OF code asks later (fixed upstream in 6.8):
-            # every VF then shares the root port's IOMMU group and none
-            # can be passed through alone.  ACPI's IORT asks in time.
+            # and the SMMUv3's OF code asks later: every VF then shares
+            # the root port's IOMMU group and none can be passed through
+            # alone.  ACPI's IORT asks in time.
             machine += ",iommu=smmuv3"
             firmware = ["-bios", image.arm64_firmware(cache)]
             cmdline.append("acpi=force")
