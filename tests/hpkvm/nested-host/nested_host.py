@@ -304,7 +304,9 @@ def main():
                    help="our KVM (kvm/, the default) or Debian's")
     r.add_argument("--arch", choices=("x86_64", "aarch64"), default="x86_64",
                    help="the x86 nested host (default) or the arm64 one "
-                        "(which has Debian's KVM and no IOMMU)")
+                        "(which has Debian's KVM; its IOMMU an SMMUv3)")
+    r.add_argument("--gic", type=int, choices=(3, 4), default=3,
+                   help="the arm64 host's GIC: 4 for GICv4 vLPIs")
     r.add_argument("--append", action="append", default=[],
                    metavar="PARAM", help="a kernel parameter more (repeatable)")
     r.add_argument("--timeout", type=float, default=600)
@@ -316,7 +318,8 @@ def main():
         res = run(" ".join(args.script), cpus=args.cpus, mem=args.mem,
                   iommu=not args.no_iommu, vfs=args.vfs,
                   vfio_vfs=args.vfio_vfs, timeout=args.timeout,
-                  kvm=args.kvm, append=args.append, arch=args.arch)
+                  kvm=args.kvm, append=args.append, arch=args.arch,
+                  gic=args.gic)
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125
