@@ -17,7 +17,9 @@
  * a second CPU, sgi-spin (SGI to CPU 1 spinning with interrupts enabled,
  * send to handler) and sgi-wfi (the same to CPU 1 waiting in WFI: the
  * wake-up).  No SGI is answered, so the sender's exits are CPU 0's and
- * the receiver's CPU 1's.  Each prints
+ * the receiver's CPU 1's.  With an igb VF passed through (vf.c), vf-msi:
+ * the VF raises its MSI, an LPI to CPU 0 spinning, raise to handler:
+ * the device interrupt, a vLPI where KVM uses GICv4.  Each prints
  *
  *   hpkvm-bench: result NAME n=N min=T median=T p99=T
  *
@@ -167,6 +169,17 @@ static uint64_t bench_timer_sample(void)
     return timer_irq_at - deadline;
 }
 
+/* One MSI of the VF at @regs to CPU 0, raise to handler. */
+static uint64_t bench_vf_msi_sample(uintptr_t regs)
+{
+    uint32_t before = vf_msis;
+    uint64_t t0 = now();
+
+    vf_raise_msi(regs);
+    bench_wait_change(&vf_msis, before, "bench: the VF's MSI never arrived");
+    return vf_msi_at - t0;
+}
+
 /* One SGI to CPU 1, send to its handler. */
 static uint64_t bench_sgi_sample(void)
 {
@@ -181,7 +194,8 @@ static uint64_t bench_sgi_sample(void)
 void bench_run(unsigned cpus, uint64_t n)
 {
     unsigned functions = 0;
-    uint32_t i, m, w;
+    uint32_t i, m, w, vf;
+    uintptr_t regs;
     uint64_t t0;
 
     if (n > BENCH_MAX_SAMPLES) {
@@ -239,6 +253,20 @@ void bench_run(unsigned cpus, uint64_t n)
             "the counter (counted as 0): ");
         put_dec(timer_early);
         put("\n");
+    }
+
+    vf = vf_find();
+    if (vf != VF_NONE) {
+        regs = vf_route_msi(vf);
+        bench_vf_msi_sample(regs);
+        bench_spin_us(SETTLE_US);
+        frame();
+        for (i = 0; i < n; i++) {
+            samples[i] = bench_vf_msi_sample(regs);
+            bench_spin_us(SETTLE_US);
+        }
+        frame();
+        report("vf-msi", n);
     }
 
     if (cpus < 2) {

@@ -74,10 +74,6 @@
 #define VNET_OPTION     "opt/org.hpkvm/vnet"
 #define STANDBY_OPTION  "opt/org.hpkvm/vnet-standby"
 #define VF_MSI_OPTION   "opt/org.hpkvm/vf-msi"
-#define VF_MSI_LPI      8192
-/* An igb VF's interrupt cause set and mask set registers, in its BAR 0 */
-#define IGBVF_EICS      0x1520
-#define IGBVF_EIMS      0x1524
 #define HOLD_OPTION     "opt/org.hpkvm/hold"
 
 /*
@@ -91,7 +87,6 @@ static volatile uint32_t pongs;                 /* replies CPU 0 took */
 volatile uint32_t timer_irqs;                   /* CPU 0's */
 volatile uint64_t timer_irq_at;                 /* the last one's counter */
 static volatile uint32_t spurious;
-static volatile uint32_t vf_msis;               /* LPI VF_MSI_LPI taken */
 
 static inline void cpu_relax(void)
 {
@@ -232,26 +227,18 @@ void vnet_dma_sync(const volatile void *p, uint32_t len)
     dsb();
 }
 
-/*
- * The failover primary's MSI as an LPI, mapped in the ITS before the
- * device's MSI-X vector is enabled: the order in which KVM can forward
- * it (its.c).  Its device ID is its requester ID, which QEMU gives KVM.
- */
+/* The failover primary, an igb VF, raises its MSI once (vf.c) */
 static void route_vf_msi(void)
 {
     uint64_t end = vnet_deadline();
-    uintptr_t doorbell, regs;
+    uintptr_t regs;
 
     if (vnet_primary == VNET_NO_PRIMARY) {
         fail("vf-msi: no failover primary", 0);
     }
-    doorbell = its_map_msi(vnet_primary, 0, VF_MSI_LPI);
-    pci_msix_route(vnet_primary, doorbell, 0);
-    /* Cause 0, which is MSI-X vector 0, unmasked and set: one MSI */
-    regs = pci_bar_address(vnet_primary, 0);
+    regs = vf_route_msi(vnet_primary);
     asm volatile("msr daifclr, #2" : : : "memory");
-    mmio_write32(regs + IGBVF_EIMS, 1);
-    mmio_write32(regs + IGBVF_EICS, 1);
+    vf_raise_msi(regs);
     while (!vf_msis && !vnet_expired(end)) {
         cpu_relax();
     }
@@ -410,6 +397,7 @@ void irq_exception(void)
         bench_sgi();
         break;
     case VF_MSI_LPI:
+        vf_msi_at = now();
         vf_msis++;
         break;
     default:

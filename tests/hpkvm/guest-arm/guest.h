@@ -125,6 +125,21 @@ uintptr_t pci_bar_address(uint32_t bdf, unsigned n);
  */
 uintptr_t its_map_msi(uint32_t devid, uint32_t event, uint32_t lpi);
 
+/*
+ * An igb VF's MSI on demand (vf.c): vf_find() says where the first VF
+ * is (VF_NONE: nowhere); vf_route_msi() routes its MSI-X vector 0 to LPI
+ * VF_MSI_LPI on the boot CPU and returns its registers' address, which
+ * vf_raise_msi() takes to raise that MSI once.  The LPI's handler counts
+ * vf_msis and stamps vf_msi_at (the virtual counter).
+ */
+#define VF_NONE         0xffffffffu
+#define VF_MSI_LPI      8192
+extern volatile uint32_t vf_msis;       /* volatile: see above */
+extern volatile uint64_t vf_msi_at;     /* volatile: see above */
+uint32_t vf_find(void);
+uintptr_t vf_route_msi(uint32_t bdf);
+void vf_raise_msi(uintptr_t regs);
+
 /* fw_cfg.c */
 bool fw_cfg_uint(const char *name, uint64_t *value);
 

@@ -29,23 +29,21 @@
 #define PCI_BAR_PREFETCH    (1u << 3)
 #define PCI_MEMORY_WINDOW   0x20        /* base and limit, 1 MiB grain */
 #define PCI_PREF_WINDOW     0x24        /* and upper halves at 0x28, 0x2c */
-#define PCI_CAP_ID_MSIX     0x11
 #define PCI_MSIX_ENABLE     (1u << 31)  /* of the capability's first word */
 #define PCI_MSIX_MASKALL    (1u << 30)
 
 /*
- * Where pci_msix_route() puts a device's BARs: the virt machine's 32-bit
- * MMIO window (0x10000000-0x3efeffff), the first MiB for its bridge's
- * memory window, the next for its prefetchable one.
+ * Where pci_msix_route() puts a device's BARs: in the virt machine's
+ * 32-bit MMIO window (0x10000000-0x3efeffff), past bench.c's pvpanic (at
+ * its start), a MiB for its bridge's memory window, the next for its
+ * prefetchable one.
  */
-#define PCI_MMIO_BASE       0x10000000UL
-#define PCI_PREF_BASE       0x10100000UL
+#define PCI_MMIO_BASE       0x11000000UL
+#define PCI_PREF_BASE       0x11100000UL
 #define PCI_WINDOW_SIZE     0x100000UL
 #define PCI_HEADER_TYPE     0x0c        /* its byte 2 */
 #define PCI_HEADER_BRIDGE   1
-#define PCI_CAPABILITIES    0x34
 #define PCI_BUS_NUMBERS     0x18        /* primary, secondary, subordinate */
-#define PCI_CAP_ID_EXP      0x10
 #define PCI_EXP_SLTCAP      0x14
 #define PCI_EXP_SLTCAP_PCP  (1u << 1)   /* power controller present */
 #define PCI_EXP_SLTCTL      0x18        /* and Slot Status, RW1C, above */
@@ -79,20 +77,6 @@ void pci_write(uint32_t bdf, uint32_t off, uint32_t v)
     }
 }
 
-/* The function's capability @id, or 0 */
-static uint32_t pci_find_cap(uint32_t bdf, uint32_t id)
-{
-    uint32_t cap, hdr;
-
-    for (cap = pci_read(bdf, PCI_CAPABILITIES) & 0xfc; cap;
-         cap = (hdr >> 8) & 0xfc) {
-        hdr = pci_read(bdf, cap);
-        if ((hdr & 0xff) == id) {
-            return cap;
-        }
-    }
-    return 0;
-}
 
 /*
  * Each bridge on bus 0, in devfn order, gets the next bus of the ECAM's
@@ -149,15 +133,26 @@ static uint32_t pci_window(uintptr_t base)
            (uint32_t)((base + PCI_WINDOW_SIZE - 1) >> 16 & 0xfff0) << 16;
 }
 
+/* @bridge forwards pci_assign_bars()'s two windows */
+static void pci_open_windows(uint32_t bridge)
+{
+    pci_write(bridge, PCI_MEMORY_WINDOW, pci_window(PCI_MMIO_BASE));
+    pci_write(bridge, PCI_PREF_WINDOW, pci_window(PCI_PREF_BASE));
+    pci_write(bridge, PCI_PREF_WINDOW + 4, 0);
+    pci_write(bridge, PCI_PREF_WINDOW + 8, 0);
+    pci_write(bridge, PCI_COMMAND, (pci_read(bridge, PCI_COMMAND) & 0xffff) |
+              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+}
+
 /*
- * Size and place each memory BAR of @bdf, a device behind a bridge on
- * bus 0, in its bridge's windows (which this opens); return BAR @want's
- * address.  I/O BARs are left unassigned.
+ * Size and place each memory BAR of @bdf, a device on bus 0 or behind a
+ * bridge there, in the bridge's windows (which this opens); return BAR
+ * @want's address.  I/O BARs are left unassigned.
  */
 static uintptr_t pci_assign_bars(uint32_t bdf, unsigned want)
 {
     uintptr_t next[2] = { PCI_MMIO_BASE, PCI_PREF_BASE }, addr, wanted = 0;
-    uint32_t bridge = pci_bridge_to(bdf >> 8), bar, size;
+    uint32_t bar, size;
     unsigned n, pref;
 
     for (n = 0; n < 6; n++) {
@@ -188,12 +183,9 @@ static uintptr_t pci_assign_bars(uint32_t bdf, unsigned want)
     if (!wanted) {
         fail("pci: no memory BAR", want);
     }
-    pci_write(bridge, PCI_MEMORY_WINDOW, pci_window(PCI_MMIO_BASE));
-    pci_write(bridge, PCI_PREF_WINDOW, pci_window(PCI_PREF_BASE));
-    pci_write(bridge, PCI_PREF_WINDOW + 4, 0);
-    pci_write(bridge, PCI_PREF_WINDOW + 8, 0);
-    pci_write(bridge, PCI_COMMAND, (pci_read(bridge, PCI_COMMAND) & 0xffff) |
-              PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER);
+    if (bdf >> 8) {
+        pci_open_windows(pci_bridge_to(bdf >> 8));
+    }
     return wanted;
 }
 

@@ -15,13 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/*
- * A 32-bit word of PCI configuration space: @bdf is bus << 8 | devfn,
- * @off a multiple of 4.  Reads of a function that is not there return
- * all ones.
- */
-uint32_t pci_read(uint32_t bdf, uint32_t off);
-void pci_write(uint32_t bdf, uint32_t off, uint32_t v);
+/* pci_read() and pci_write() */
+#include "pci.h"
 
 /* The guest's name, which starts each of vnet.c's lines: "hpkvm-guest" */
 extern const char vnet_guest[];

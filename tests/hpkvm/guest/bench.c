@@ -7,7 +7,9 @@
  * IPI latency to a running vCPU (unicast) and to all other running vCPUs
  * (multicast: until the last handler), HLT wake latency (IPI to a halted
  * vCPU until its handler), and an idle phase; plus "null", an empty
- * workload whose exits are what the boundaries themselves cost.
+ * workload whose exits are what the boundaries themselves cost; and, with
+ * an igb VF passed through (vf.c), vf-msi: the VF's MSI to the BSP
+ * spinning, raise to handler, the device interrupt.
  *
  * Each workload is framed by two boundaries, at which the VM stops itself:
  * a write to pvpanic (QEMU run with -device pvpanic -action panic=pause)
@@ -173,8 +175,20 @@ static bool timer_sample(uint64_t *latency)
 static void wait_count(uint32_t want)
 {
     if (!wait_for(&bench_count, want, BENCH_WAIT_CYCLES)) {
-        fail("bench: an IPI never arrived");
+        fail("bench: an IPI or the VF's MSI never arrived");
     }
+}
+
+/* One MSI of the VF at @regs (MMIO: volatile) to the BSP, raise to handler */
+static uint64_t vf_msi_sample(volatile uint32_t *regs)
+{
+    uint32_t before = __atomic_load_n(&bench_count, __ATOMIC_ACQUIRE);
+    uint64_t t0;
+
+    t0 = rdtsc();
+    vf_raise_msi(regs);
+    wait_count(before + 1);
+    return __atomic_load_n(&bench_last_tsc, __ATOMIC_RELAXED) - t0;
 }
 
 static void set_ap_spin(uint32_t spin, uint32_t ncpus)
@@ -203,7 +217,8 @@ static uint64_t ipi_sample(uint32_t dest, uint32_t receivers)
 
 void bench_run(uint32_t ncpus, bool tsc_deadline)
 {
-    uint32_t n = option("bench"), i, h, m;
+    uint32_t n = option("bench"), i, h, m, vf;
+    volatile uint32_t *regs;    /* the VF's, MMIO */
     uint32_t ap = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
     uint64_t mcycles = option("bench-idle") ?: DEFAULT_IDLE_MCYCLES;
     const char *source;
@@ -291,6 +306,20 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
                     "deadline by the guest TSC (counted as 0): ");
         putu_serial(timer_early);
         puts_serial("\n");
+    }
+
+    vf = vf_find();
+    if (vf != VF_NONE) {
+        regs = vf_route_msi(vf, bsp_apic_id, VEC_BENCH);
+        vf_msi_sample(regs);
+        quiet_spin(SETTLE_CYCLES);
+        frame();
+        for (i = 0; i < n; i++) {
+            samples[i] = vf_msi_sample(regs);
+            quiet_spin(SETTLE_CYCLES);
+        }
+        frame();
+        report("vf-msi", n);
     }
 
     if (ncpus < 2) {

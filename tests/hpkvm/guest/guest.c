@@ -80,7 +80,7 @@ uint32_t ap_spin;                   /* bench: APs spin instead of HLT */
 
 /* Written by the BSP before any AP starts. */
 bool x2apic;
-static uint32_t bsp_apic_id;
+uint32_t bsp_apic_id;
 
 /*
  * The local APIC, in x2APIC mode (MSRs) where the CPU has it, else in
@@ -467,8 +467,6 @@ static uint32_t wake_ap(uint32_t n, uint32_t *retries)
 #define PCI_CONFIG_ADDR     0xcf8
 #define PCI_CONFIG_DATA     0xcfc
 #define PCI_COMMAND_MEM_BUS 0x6         /* memory space, bus master */
-#define PCI_STATUS_CAP_LIST 0x10
-#define PCI_CAP_ID_MSIX     0x11
 #define MSIX_ENABLE         (1u << 15)
 #define MSIX_FUNCTION_MASK  (1u << 14)
 #define MSIX_ENTRY_MASKED   1u
@@ -531,30 +529,22 @@ void vnet_dma_sync(const volatile void *p, uint32_t len)
 static bool find_msix(uint32_t *bdf, uint32_t *cap)
 {
     for (*bdf = 0; *bdf < 256; (*bdf)++) {
-        uint32_t hdr;
-
-        if ((pci_read(*bdf, 0) & 0xffff) == 0xffff ||
-            !((pci_read(*bdf, 4) >> 16) & PCI_STATUS_CAP_LIST)) {
-            continue;
-        }
-        for (*cap = pci_read(*bdf, 0x34) & 0xfc; *cap;
-             *cap = (hdr >> 8) & 0xfc) {
-            hdr = pci_read(*bdf, *cap);
-            if ((hdr & 0xff) == PCI_CAP_ID_MSIX) {
-                return true;
-            }
+        *cap = pci_find_cap(*bdf, PCI_CAP_ID_MSIX);
+        if (*cap) {
+            return true;
         }
     }
     return false;
 }
 
-static void msix_set_entry(uint32_t *entry, uint32_t dest, uint32_t data)
+/* @entry: MMIO, volatile */
+void msix_set_entry(volatile uint32_t *entry, uint32_t dest, uint32_t data)
 {
-    /* MMIO: every access must reach the device, masked first. */
+    /* MMIO (volatile): every access must reach the device, masked first */
     volatile uint32_t *e = entry;
 
     e[3] = MSIX_ENTRY_MASKED;
-    e[0] = 0xfee00000u | dest << 12;
+    e[0] = LAPIC_BASE | dest << 12;
     e[1] = 0;
     e[2] = data;
     e[3] = 0;

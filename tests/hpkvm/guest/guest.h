@@ -68,6 +68,7 @@ void ap_main(uint32_t slot);
 
 /* guest.c, for the workloads */
 extern bool x2apic;
+extern uint32_t bsp_apic_id;
 extern uint32_t reported_apic_id[MAX_CPUS];     /* the APs', by slot */
 extern uint32_t halts_entered;                  /* by the first AP */
 extern uint32_t ap_spin;        /* APs spin with interrupts on, not HLT */
@@ -85,6 +86,21 @@ void send_ipi(uint32_t dest_apic_id, uint32_t icr_lo);
 void delay_cycles(uint64_t cycles);
 bool wait_for(uint32_t *flag, uint32_t want, uint64_t cycles);
 uint64_t fire_timer(bool tsc_deadline);
+
+/*
+ * An igb VF's MSI on demand (vf.c): vf_find() says where the first VF
+ * on bus 0 is (VF_NONE: nowhere); vf_route_msi() routes its MSI-X
+ * vector 0 to @apic_id at @vector and returns its registers, which
+ * vf_raise_msi() takes to raise that MSI once.
+ */
+#define VF_NONE         0xffffffffu
+/* An MSI-X table entry (MMIO: volatile) to @dest, an APIC ID, with @data */
+void msix_set_entry(volatile uint32_t *entry, uint32_t dest, uint32_t data);
+uint32_t vf_find(void);
+/* MMIO: volatile */
+volatile uint32_t *vf_route_msi(uint32_t bdf, uint32_t apic_id,
+                                uint8_t vector);
+void vf_raise_msi(volatile uint32_t *regs);         /* MMIO: volatile */
 void set_gate(int vec, void *handler);
 
 /* bench.c: the micro-benchmarks ("bench=N") */
