@@ -53,6 +53,15 @@ STATS = {"execute": "query-stats",
 # boundary: what a frame boundary itself costs, the pvpanic write's
 # exit, as hardware files it (the null frame says how this KVM does).
 # reasons: the exits a reader cares about, by KVM's statistic names.
+# The nested hosts' igb VF, for the guests' vf-msi: its PF up (an igb VF
+# interrupts only while its PF is in MSI-X mode), and its address for
+# "guest".
+VF_SETUP = r"""
+for numvfs in /sys/bus/pci/devices/*/sriov_numvfs; do
+    ip link set "$(ls ${numvfs%/*}/net)" up
+done
+HPKVM_VF=$(basename "$(readlink /sys/bus/pci/devices/*/virtfn0)")
+"""
 ARCHES = {
     "x86_64": {
         "host_caused": ("irq_exits", "signal_exits", "request_irq_exits"),
@@ -65,16 +74,20 @@ ARCHES = {
                     "signal_exits", "irq_window_exits", "nmi_window_exits",
                     "request_irq_exits", "insn_emulation", "hypercalls"),
         "qemu": "qemu-system-x86_64",
+        # With an igb VF for vf-msi (VF_SETUP finds it).
         "guest": '-machine pc -smp %(smp)d -m 64 -kernel "$HPKVM_GUEST" '
                  '-append "bench=%(samples)d bench-idle=%(idle)d" '
-                 '-device isa-debug-exit,iobase=0xf4,iosize=0x04',
+                 '-device isa-debug-exit,iobase=0xf4,iosize=0x04 '
+                 '-device vfio-pci,host=$HPKVM_VF',
         # isa-debug-exit's status for the guest's PASS.
         "passed": 1,
         "smp": 3,
         "accel": {"kvm": "-accel kvm -cpu host",
                   "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
                            "-cpu host"},
-        "nested": {},
+        # An igb VF on vfio-pci behind the emulated VT-d, for vf-msi.
+        "nested": {"vfs": 1, "vfio_vfs": 1},
+        "setup": VF_SETUP,
         "host": "nested",
         "exits_meaning": "VM exits the guest caused (all VM exits but "
                          "host interrupts)",
@@ -101,9 +114,11 @@ ARCHES = {
         # Every exit's class from the kvm_exit tracepoint (TRACE_SHELL).
         "trace": True,
         "qemu": "qemu-system-aarch64",
+        # With an igb VF for vf-msi (VF_SETUP finds it).
         "guest": '-M virt,highmem-ecam=off -smp %(smp)d -m 128 '
                  '-kernel "$HPKVM_GUEST" '
-                 '-fw_cfg name=opt/org.hpkvm/bench,string=%(samples)d',
+                 '-fw_cfg name=opt/org.hpkvm/bench,string=%(samples)d '
+                 '-device vfio-pci,host=$HPKVM_VF',
         # PSCI SYSTEM_OFF; the serial says whether it passed.
         "passed": 0,
         "smp": 2,
@@ -111,9 +126,13 @@ ARCHES = {
                   "hpkvm": "-accel hpkvm,host-cpus=2-3,"
                            "housekeeping-cpus=0-1 -cpu host"},
         # nohz_full on the cores hpkvm leases, as hpkvm-arm.rst tells an
-        # operator of a stock arm64 kernel (no dynamic-nohz there).
-        "nested": {"arch": "aarch64", "kvm": "stock", "iommu": False,
+        # operator of a stock arm64 kernel (no dynamic-nohz there); an
+        # SMMUv3 and an igb VF on vfio-pci for vf-msi; a GICv4 with
+        # kvm-arm.vgic_v4_enable=1 (--arm-gic 3: a GICv3).
+        "nested": {"arch": "aarch64", "kvm": "stock", "iommu": True,
+                   "vfs": 1, "vfio_vfs": 1, "gic": 4,
                    "append": ("nohz_full=2-3",)},
+        "setup": VF_SETUP,
         "host": "nested-arm64",
         "exits_meaning": "VM exits less QEMU's kicks (host interrupts "
                          "included, as irq: no architected way to tell "
@@ -127,10 +146,12 @@ HOSTS = {
     "local": "this machine's KVM (nested paravirtual: timings real but "
              "noisy, exits emulated differently from hardware)",
     "nested": "the nested test host's KVM (real SVM exit semantics: exit "
-              "counts meaningful, timings not: it runs under TCG)",
+              "counts meaningful, timings not: it runs under TCG; an igb "
+              "VF passed through)",
     "nested-arm64": "the arm64 nested test host's KVM (Debian's arm64 KVM, "
-                    "VHE, vGICv3, under TCG: exit counts real, timings "
-                    "not)",
+                    "VHE, a vGICv3; the host's GIC a GICv4 with vLPIs "
+                    "unless --arm-gic 3; an igb VF passed through; under "
+                    "TCG: exit counts real, timings not)",
 }
 
 
@@ -389,10 +410,11 @@ def run_nested(build, accels, samples, idle, reps, arch=X86):
     guest = arch["guest"] % {"smp": arch["smp"], "samples": samples,
                              "idle": idle}
     trace = arch.get("trace", False)
-    script = L2_SHELL + (TRACE_SHELL if trace else "") + NESTED_PAYLOAD % {
+    script = L2_SHELL + (TRACE_SHELL if trace else "") + \
+        arch.get("setup", "") + NESTED_PAYLOAD % {
         "qemu": arch["qemu"], "guest": guest,
         "boundary": " ".join(arch["boundary_args"]),
-        "frames": 7, "stats": json.dumps(STATS),
+        "frames": 8, "stats": json.dumps(STATS),
         "trace_start": "trace_exits_start" if trace else ":",
         "trace_frame": ('echo "BENCH $label trace $k $edge $(trace_exits)"'
                         if trace else ":")}
@@ -652,6 +674,9 @@ def main():
     ap.add_argument("--no-local", action="store_true")
     ap.add_argument("--no-arm", action="store_true",
                     help="not the arm64 nested test host")
+    ap.add_argument("--arm-gic", type=int, choices=(3, 4), default=4,
+                    help="the arm64 nested test host's GIC: 4 (default), "
+                         "where KVM forwards the VF's MSI as a vLPI, or 3")
     args = ap.parse_args()
     hosts = set(args.hosts.split(","))
     if hosts - set(HOSTS):
@@ -702,8 +727,10 @@ def main():
     if "nested-arm64" in hosts:
         print("hpkvm bench: arm64 nested test host, kvm and hpkvm "
               "alternating", flush=True)
+        arm = ARCHES["aarch64"]
+        arm = dict(arm, nested=dict(arm["nested"], gic=args.arm_gic))
         runs = run_nested(build, ["kvm", "hpkvm"], max(args.samples // 4, 20),
-                          1500, 1, ARCHES["aarch64"])
+                          1500, 1, arm)
         raw["hosts"]["nested-arm64"] = runs
         summary["nested-arm64"] = summarize(runs)
 
