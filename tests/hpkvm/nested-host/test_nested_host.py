@@ -890,6 +890,11 @@ snap() {
     done
     for p in /proc/[0-9]*; do
         s=$(cut -d' ' -f22 $p/stat 2>/dev/null) || continue
+        # PF_NO_SETAFFINITY: the kernel's to place, no one else's (6.1's
+        # workqueue rescuers keep the CPU of the last pool they served).
+        f=$(sed 's/.*) //' $p/stat 2>/dev/null | cut -d' ' -f7)
+        case $f in ''|*[!0-9]*) continue ;; esac
+        [ $((f & 0x04000000)) = 0 ] || continue
         echo "$1 $p@$s $(cat $p/cgroup 2>/dev/null | tr -d '\n')" \
              "$(grep Cpus_allowed_list $p/status 2>/dev/null | tr -d '\t')"
     done
