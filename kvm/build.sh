@@ -14,6 +14,8 @@
 # rebuilt when a patch or this script changes; the compile itself is
 # incremental.
 
+# $(...) in single quotes is make's, in the Makefile edit below.
+# shellcheck disable=SC2016
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +32,8 @@ die() {
 }
 
 [ -f "$headers/Makefile" ] ||
-    die "no $headers: install linux-headers-$kver (scripts/hpkvm/install-deps.sh does, as root)"
+    die "no $headers: install linux-headers-$kver" \
+        "(scripts/hpkvm/install-deps.sh does, as root)"
 version=$(dpkg-query -W -f='${Version}' "linux-headers-$kver") ||
     die "dpkg does not know linux-headers-$kver"
 # 6.1.0-57-amd64 -> linux-source-6.1, at the headers' exact version.
@@ -58,7 +61,8 @@ if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
         paths+=("$top/$f")
     done < <(sed -n 's|^+++ b/||p' "$here"/patches/*.patch | sort -u |
              grep -v '^arch/x86/kvm/\|^virt/kvm/')
-    echo "kvm/build.sh: unpacking arch/x86/kvm and virt/kvm of $srcpkg $version" >&2
+    echo "kvm/build.sh: unpacking arch/x86/kvm and virt/kvm of" \
+         "$srcpkg $version" >&2
     # New files of a patch are not in the tarball: ignore their absence.
     dpkg-deb --fsys-tarfile "$deb" |
         tar -xO "./usr/src/$srcpkg.tar.xz" | xz -dc |
@@ -73,8 +77,11 @@ if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
     # arch/x86/kvm nor virt/kvm: point KVM's two includes at the tree.
     # -I $(src)/.. because KVM's trace headers are found as
     # ../../arch/x86/kvm/trace.h from an include directory.
-    sed -i 's|^ccflags-y += -I $(srctree)/arch/x86/kvm$|ccflags-y += -I $(src) -I $(src)/..|
-            s|^include $(srctree)/virt/kvm/Makefile.kvm$|include $(src)/../../../virt/kvm/Makefile.kvm|' \
+    old_inc='^ccflags-y += -I $(srctree)/arch/x86/kvm$'
+    new_inc='ccflags-y += -I $(src) -I $(src)/..'
+    old_mk='^include $(srctree)/virt/kvm/Makefile.kvm$'
+    new_mk='include $(src)/../../../virt/kvm/Makefile.kvm'
+    sed -i -e "s|$old_inc|$new_inc|" -e "s|$old_mk|$new_mk|" \
         "$tree/arch/x86/kvm/Makefile"
     [ "$(grep -c '$(src)' "$tree/arch/x86/kvm/Makefile")" -ge 2 ] ||
         die "arch/x86/kvm/Makefile changed: adapt the out-of-tree edit"
@@ -83,8 +90,9 @@ fi
 
 # Headers our patches change shadow the headers package's: they come
 # first (-nostdinc stays, as the kernel's Makefile sets it).
+ours="-I$tree/include -I$tree/include/uapi -I$tree/arch/x86/include"
 make -C "$headers" M="$tree/arch/x86/kvm" -j"$(nproc)" \
-    NOSTDINC_FLAGS="-nostdinc -I$tree/include -I$tree/include/uapi -I$tree/arch/x86/include" \
+    NOSTDINC_FLAGS="-nostdinc $ours" \
     CONFIG_KVM_INTEL= modules > "$out/build.log" 2>&1 || {
     tail -n 30 "$out/build.log" >&2
     die "the module build failed; full log in $out/build.log"
