@@ -10,7 +10,8 @@
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
 #               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
-#   make kvm    our reference KVM (kvm/) for the nested test host's kernel
+#   make kvm    our reference KVM (kvm/) for the nested test host: its
+#               modules for Debian's kernel, and our kernel built whole
 #   make arm    the Arm side: qemu-system-aarch64 for arm64 hosts
 #               (build/aarch64) and the arm64 nested test host's needs
 #   make clean  remove build/
@@ -103,6 +104,7 @@ check: $(BUILD)/build.ninja configure
 	ninja -C $(BUILD) $(CHECK_TARGETS)
 	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
 	$(BUILD_INSTALLED)
+	kvm/build-kernel.sh
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
@@ -139,6 +141,7 @@ arm: $(BUILD)/build.ninja configure
 # working on the series.
 kvm:
 	kvm/build.sh
+	kvm/build-kernel.sh
 
 clean:
 	rm -rf build

@@ -40,11 +40,12 @@ fi
 # pages of QEMU and hpkvm's tools.  dpkg-dev (dpkg-shlibdeps): make deb.
 # clang, lld, llvm: the aarch64 cross build and its bare-metal guest
 # (scripts/hpkvm/aarch64-toolchain.sh says why not gcc-aarch64-linux-gnu).
+# bc, libelf-dev (objtool): our whole kernel (kvm/build-kernel.sh).
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
  iproute2 dpdk-dev systemd python3-sphinx python3-sphinx-rtd-theme
- dpkg-dev clang lld llvm"
+ dpkg-dev clang lld llvm bc libelf-dev"
 # The headers of the kernel the nested test host boots, which our KVM
 # (kvm/build.sh) is built against.  When Debian has dropped that ABI, the
 # current one, as the nested host then boots it.

@@ -582,6 +582,21 @@ def build_kvm(build, kver):
     return out
 
 
+def build_kernel(build, kver):
+    """Our kernel (kvm/build-kernel.sh): Debian's source for @kver with our
+    series, everything built in; its bzImage.  Built once per process
+    (the script itself rebuilds only when an input changed)."""
+    outdir = os.path.join(build, "..", "kernel", kver)
+    if (build, kver) not in _kernel_built:
+        subprocess.run([os.path.join(REPO, "kvm", "build-kernel.sh"), kver,
+                        outdir], check=True)
+        _kernel_built.add((build, kver))
+    return os.path.join(outdir, "bzImage")
+
+
+_kernel_built = set()
+
+
 def build_hpkvm(build, out, arch="x86_64"):
     """The cpio of our build; rebuilt when an input is newer, or the
     inputs are other files than the cpio was packed from (out's .inputs

@@ -49,6 +49,8 @@ param() {
 }
 
 kvm=$(param kvm)
+# Our whole kernel has what the modules give built in (kvm/kernel.config).
+[ "$(param kernel)" = hpkvm ] && : > /etc/nested-host/modules
 while read -r m; do
     # Ours replace the stock ones (unsigned: the kernel loads them, tainted).
     case "$kvm:${m##*/}" in

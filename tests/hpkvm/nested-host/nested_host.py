@@ -129,7 +129,7 @@ def build_dir():
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
-        gic=3):
+        gic=3, kernel="debian"):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -144,6 +144,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     (kvm-arm.vgic_v4_enable=1: off by default in Linux 6.1);
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
+    kernel: "debian", Debian's kernel (with our KVM's modules if
+    kvm="hpkvm"), or "hpkvm", our whole kernel (kvm/build-kernel.sh: our
+    series, everything built in; kvm must be "hpkvm");
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping; on arm64, an SMMUv3,
     and the host boots through UEFI with ACPI, as Arm servers do (see
@@ -161,6 +164,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     """
     if kvm not in ("hpkvm", "stock"):
         raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
+    if kernel not in ("debian", "hpkvm") or \
+            (kernel == "hpkvm" and (kvm != "hpkvm" or arch != "x86_64")):
+        raise ValueError(f"kernel={kernel!r}: 'debian', or 'hpkvm' with "
+                         f"kvm='hpkvm' on x86_64")
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
     if gic not in (3, 4) or (gic == 4 and arch != "aarch64"):
@@ -173,7 +180,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     kver = image.choose_kernel()
     vmlinuz, base = image.build_base(cache, kver, arch)
     pieces = [base]
-    if kvm == "hpkvm":
+    if kernel == "hpkvm":
+        vmlinuz = image.build_kernel(build, kver)
+    elif kvm == "hpkvm":
         pieces.append(image.build_kvm(build, kver))
     if libvirt:
         pieces.append(image.build_libvirt(cache))
@@ -208,7 +217,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # vCPU, so it is in fact synchronized.
         cmdline = ["panic=-1", "quiet", f"nested_host.vfs={vfs}",
                    f"nested_host.vfio_vfs={vfio_vfs}",
-                   f"nested_host.kvm={kvm}"]
+                   f"nested_host.kvm={kvm}",
+                   f"nested_host.kernel={kernel}"]
         if arch == "aarch64":
             # EL2 for KVM (VHE: -cpu max has it), GICv3 and its ITS.
             # pauth-impdef: TCG's architected pointer authentication
@@ -302,6 +312,9 @@ def main():
     r.add_argument("--vfio-vfs", type=int, default=0)
     r.add_argument("--kvm", choices=("hpkvm", "stock"), default="hpkvm",
                    help="our KVM (kvm/, the default) or Debian's")
+    r.add_argument("--kernel", choices=("debian", "hpkvm"), default="debian",
+                   help="Debian's kernel (default) or ours, built whole "
+                        "(kvm/build-kernel.sh)")
     r.add_argument("--arch", choices=("x86_64", "aarch64"), default="x86_64",
                    help="the x86 nested host (default) or the arm64 one "
                         "(which has Debian's KVM; its IOMMU an SMMUv3)")
@@ -319,7 +332,7 @@ def main():
                   iommu=not args.no_iommu, vfs=args.vfs,
                   vfio_vfs=args.vfio_vfs, timeout=args.timeout,
                   kvm=args.kvm, append=args.append, arch=args.arch,
-                  gic=args.gic)
+                  gic=args.gic, kernel=args.kernel)
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125

@@ -370,6 +370,40 @@ wait_qemu
     assert "KVM_CAP_HPKVM is 0" in cores["reason"], cores
 
 
+@test
+def our_whole_kernel_runs_stock_guests_and_grants_exclusive_cores():
+    """kvm/build-kernel.sh's kernel: Debian's source with our series,
+    built whole from kvm/kernel.config, booted instead of Debian's (no
+    module loaded, nothing tainted).  A plain -accel kvm guest passes as
+    on stock KVM, and -accel hpkvm gets exclusive-cores from the built-in
+    KVM under contract 1: the base the core-kernel features build on."""
+    res = nested(PAYLOAD_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+echo "uname: $(uname -r)"
+echo "tainted: $(cat /proc/sys/kernel/tainted)"
+guest_qemu -accel kvm -cpu host || exit 1
+guest_finish
+guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_finish
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4, kernel="hpkvm")
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    # Debian's source without Debian's ABI name: ours booted.
+    assert lines_with(res.output, "uname: ")[0].startswith("6.1."), \
+        res.output
+    assert "-amd64" not in lines_with(res.output, "uname: ")[0]
+    assert lines_with(res.output, "tainted: ") == ["0"], res.output
+    assert lines_with(res.output, "status: ") == ["1", "1"], res.output
+    for serial in lines_with(res.output, "serial: "):
+        assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    assert hp["kernel-version"] == 1, hp
+    cores = feature(hp, "exclusive-cores")
+    assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
+        cores
+
+
 # A bound core's CPU: its LOC column in /proc/interrupts; a task pinned
 # to it (pinned-done:, pinned-alive:); exits of the VM's vCPU 0
 # (query-stats); kernel lines that mean a wedged host; and the next VM,
