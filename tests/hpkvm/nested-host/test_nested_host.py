@@ -189,7 +189,9 @@ def nested(script, timeout=NESTED_TIMEOUT, **kwargs):
     for mark in ("qemu-hang: ", "cont-failed: ", "helper-exited: ",
                  "helper-no-socket: ", "helper-hang: ",
                  "helper-sync-failed: "):
-        assert not lines_with(res.output, mark), res.output
+        # Named first: CI keeps a failure's first lines in its summary.
+        seen = lines_with(res.output, mark)
+        assert not seen, f"{mark}{seen[0]}\n{res.output}"
     return res
 
 
@@ -2042,7 +2044,7 @@ def a_fault_soak_of_sigkills_leaves_the_host_as_it_was_each_time():
         f"echo \"rec-{k}: $? $(grep -o 'empty$\\|has changes$' "
         f"/tmp/rec.out) $(grep 'cores leased' /tmp/rec.out)\"\n"
         for k, (phase, delay, victim, helper) in enumerate(schedule))
-    res = nested(PAYLOAD_LIB + SNAPSHOT_LIB + SOAK_LIB + r"""
+    payload = PAYLOAD_LIB + SNAPSHOT_LIB + SOAK_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 snap before
 %(rounds)s
@@ -2053,9 +2055,14 @@ echo "last-status: $?"
 wait_serial
 snap last
 sed 's/^/helper-log: /' $HELPER_LOG
-""" % {"rounds": rounds, "accel": PLACEMENT_ACCEL}, cpus=4,
-        timeout=max(NESTED_TIMEOUT, 12 * SOAK_KILLS))
-    assert res.status == 0, res.output[-3000:]
+""" % {"rounds": rounds, "accel": PLACEMENT_ACCEL}
+    try:
+        res = nested(payload, cpus=4,
+                     timeout=max(NESTED_TIMEOUT, 12 * SOAK_KILLS))
+    except AssertionError as e:
+        raise AssertionError(f"seed {seed}: {e}") from None
+    assert res.status == 0, f"seed {seed}: status {res.status}\n" + \
+        res.output[-3000:]
     before = snapshot(res.output, "before")
     bad = []
     for k, (phase, delay, victim, helper) in enumerate(schedule):
@@ -2075,9 +2082,12 @@ sed 's/^/helper-log: /' $HELPER_LOG
     if bad:
         print("# " + "\n# ".join(lines_with(res.output, "helper-log: ")[-40:]))
     assert not bad, f"seed {seed}:\n" + "\n".join(bad)
-    assert lines_with(res.output, "last-status: ") == ["1"], res.output
+    last = (f"seed {seed}: the VM after the soak: status "
+            f"{lines_with(res.output, 'last-status: ')}, serial "
+            f"{lines_with(res.output, 'serial: ')}\n{res.output}")
+    assert lines_with(res.output, "last-status: ") == ["1"], last
     assert any("hpkvm-guest: PASS" in line
-               for line in lines_with(res.output, "serial: ")), res.output
+               for line in lines_with(res.output, "serial: ")), last
     diff = restored(before, snapshot(res.output, "last"))
     assert not diff, "not restored after the last VM: " + "; ".join(diff)
 
