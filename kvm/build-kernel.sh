@@ -18,16 +18,13 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
+me=kvm/build-kernel.sh
+# shellcheck source=kvm/source.sh
+. "$here/source.sh"
 kver=${1:-$(cat "$here/tested-kernel")}
 out=${2:-$here/../build/kernel/$kver}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cache=${HPKVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpkvm}/kvm
-
-die() {
-    echo "kvm/build-kernel.sh: $*" >&2
-    exit 1
-}
 
 for tool in flex bison bc; do
     command -v $tool > /dev/null ||
@@ -42,34 +39,22 @@ done
 version=$(apt-cache show "linux-image-$kver" 2>/dev/null |
           sed -n 's/^Version: //p' | head -n 1)
 [ -n "$version" ] || die "apt knows no linux-image-$kver (apt-get update?)"
-srcpkg=linux-source-$(echo "$kver" | cut -d. -f1-2)
-mkdir -p "$cache"
-deb=$cache/${srcpkg}_${version}_all.deb
-if [ ! -f "$deb" ]; then
-    echo "kvm/build-kernel.sh: downloading $srcpkg $version" >&2
-    (cd "$cache" && apt-get download -q "$srcpkg=$version") >&2 ||
-        die "cannot download $srcpkg=$version (apt-get update?)"
-fi
+kvm_source_fetch "$kver" "$version"
 
-stamp=$( (cat "$0" "$here/kernel.config" "$here"/patches/*.patch
-          echo "$version") | sha256sum | cut -c1-16)
+stamp=$( (cat "$0" "$here/source.sh" "$here/kernel.config" \
+               "$here"/patches/*.patch; echo "$version") |
+        sha256sum | cut -c1-16)
 if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ] &&
    [ -f "$out/bzImage" ]; then
-    echo "kvm/build-kernel.sh: $out/bzImage is current" >&2
+    say "$out/bzImage is current"
     exit 0
 fi
 
 tree=$out/src
 rm -rf "$tree" "$out/.stamp"
-mkdir -p "$tree"
-echo "kvm/build-kernel.sh: unpacking $srcpkg $version" >&2
-dpkg-deb --fsys-tarfile "$deb" |
-    tar -xO "./usr/src/$srcpkg.tar.xz" | xz -dc |
-    tar -x -C "$tree" --strip-components=1
-for p in "$here"/patches/*.patch; do
-    patch -d "$tree" -p1 --batch --quiet < "$p" ||
-        die "$(basename "$p") does not apply to $srcpkg $version"
-done
+say "unpacking $srcpkg $version"
+kvm_source_unpack "$tree" || die "cannot unpack $deb"
+kvm_source_patch "$tree"
 make -C "$tree" tinyconfig > "$out/build.log" 2>&1
 "$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" \
     "$here/kernel.config" >> "$out/build.log" 2>&1
@@ -78,7 +63,7 @@ make -C "$tree" olddefconfig >> "$out/build.log" 2>&1
 missing=$(grep '^CONFIG_.*=y$' "$here/kernel.config" |
           grep -vxF -f "$tree/.config" || true)
 [ -z "$missing" ] || die "kvm/kernel.config options not set: $missing"
-echo "kvm/build-kernel.sh: building bzImage (log: $out/build.log)" >&2
+say "building bzImage (log: $out/build.log)"
 make -C "$tree" -j"$(nproc)" bzImage >> "$out/build.log" 2>&1 || {
     tail -n 30 "$out/build.log" >&2
     die "the kernel build failed; full log in $out/build.log"
@@ -86,4 +71,4 @@ make -C "$tree" -j"$(nproc)" bzImage >> "$out/build.log" 2>&1 || {
 cp "$tree/arch/x86/boot/bzImage" "$out/bzImage.new"
 mv "$out/bzImage.new" "$out/bzImage"
 echo "$stamp" > "$out/.stamp"
-echo "kvm/build-kernel.sh: $out/bzImage for $kver" >&2
+say "$out/bzImage for $kver"

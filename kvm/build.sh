@@ -19,60 +19,40 @@
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
+me=kvm/build.sh
+# shellcheck source=kvm/source.sh
+. "$here/source.sh"
 kver=${1:-$(cat "$here/tested-kernel")}
 out=${2:-$here/../build/kvm/$kver}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-cache=${HPKVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpkvm}/kvm
 headers=/usr/src/linux-headers-$kver
-
-die() {
-    echo "kvm/build.sh: $*" >&2
-    exit 1
-}
 
 [ -f "$headers/Makefile" ] ||
     die "no $headers: install linux-headers-$kver" \
         "(scripts/hpkvm/install-deps.sh does, as root)"
+# The source at the headers' exact version.
 version=$(dpkg-query -W -f='${Version}' "linux-headers-$kver") ||
     die "dpkg does not know linux-headers-$kver"
-# 6.1.0-57-amd64 -> linux-source-6.1, at the headers' exact version.
-srcpkg=linux-source-$(echo "$kver" | cut -d. -f1-2)
-
-mkdir -p "$cache" "$out"
-deb=$cache/${srcpkg}_${version}_all.deb
-if [ ! -f "$deb" ]; then
-    echo "kvm/build.sh: downloading $srcpkg $version" >&2
-    (cd "$cache" && apt-get download -q "$srcpkg=$version") >&2 ||
-        die "cannot download $srcpkg=$version (apt-get update?)"
-fi
+kvm_source_fetch "$kver" "$version"
 
 # The tree: what the modules are built from, plus every file a patch
 # touches.  Unpacked afresh whenever a patch or this script changes.
-stamp=$( (cat "$0" "$here"/patches/*.patch; echo "$version") | sha256sum |
-         cut -c1-16)
+stamp=$( (cat "$0" "$here/source.sh" "$here"/patches/*.patch
+          echo "$version") | sha256sum | cut -c1-16)
 tree=$out/src
 if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$tree" "$out/.stamp"
-    mkdir -p "$tree"
-    top=$srcpkg
-    paths=("$top/arch/x86/kvm" "$top/virt/kvm")
+    paths=(arch/x86/kvm virt/kvm)
     while read -r f; do
-        paths+=("$top/$f")
+        paths+=("$f")
     done < <(sed -n 's|^+++ b/||p' "$here"/patches/*.patch | sort -u |
              grep -v '^arch/x86/kvm/\|^virt/kvm/')
-    echo "kvm/build.sh: unpacking arch/x86/kvm and virt/kvm of" \
-         "$srcpkg $version" >&2
+    say "unpacking arch/x86/kvm and virt/kvm of $srcpkg $version"
     # New files of a patch are not in the tarball: ignore their absence.
-    dpkg-deb --fsys-tarfile "$deb" |
-        tar -xO "./usr/src/$srcpkg.tar.xz" | xz -dc |
-        tar -x -C "$tree" --strip-components=1 --ignore-failed-read \
-            "${paths[@]}" 2>/dev/null || true
+    kvm_source_unpack "$tree" "${paths[@]}" 2>/dev/null || true
     [ -f "$tree/virt/kvm/kvm_main.c" ] || die "cannot unpack $deb"
-    for p in "$here"/patches/*.patch; do
-        patch -d "$tree" -p1 --batch --quiet < "$p" ||
-            die "$(basename "$p") does not apply to $srcpkg $version"
-    done
+    kvm_source_patch "$tree"
     # Out of tree, $(srctree) is the headers package, which has neither
     # arch/x86/kvm nor virt/kvm: point KVM's two includes at the tree.
     # -I $(src)/.. because KVM's trace headers are found as
@@ -101,4 +81,4 @@ for m in kvm kvm-amd; do
     cp "$tree/arch/x86/kvm/$m.ko" "$out/$m.ko.new"
     mv "$out/$m.ko.new" "$out/$m.ko"
 done
-echo "kvm/build.sh: $out/kvm.ko $out/kvm-amd.ko for $kver" >&2
+say "$out/kvm.ko $out/kvm-amd.ko for $kver"

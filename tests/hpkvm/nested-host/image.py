@@ -555,9 +555,6 @@ def build_installed(build, out):
     return out
 
 
-_kvm_built = set()
-
-
 def build_kvm(build, kver):
     """Our KVM (kvm/) for @kver, as a cpio piece; built once per process
     (kvm/build.sh itself rebuilds only what changed).
@@ -565,11 +562,7 @@ def build_kvm(build, kver):
     /init loads hpkvm/kvm/*.ko instead of the stock kvm and kvm-amd when
     the kernel command line says nested_host.kvm=hpkvm.
     """
-    outdir = os.path.join(build, "..", "kvm", kver)
-    if (build, kver) not in _kvm_built:
-        subprocess.run([os.path.join(REPO, "kvm", "build.sh"), kver,
-                        outdir], check=True)
-        _kvm_built.add((build, kver))
+    outdir = _run_kvm_script("build.sh", build, kver, "kvm")
     mods = [os.path.join(outdir, f"{m}.ko") for m in ("kvm", "kvm-amd")]
     out = os.path.join(outdir, "kvm.cpio")
     if (os.path.exists(out) and
@@ -586,15 +579,23 @@ def build_kernel(build, kver):
     """Our kernel (kvm/build-kernel.sh): Debian's source for @kver with our
     series, everything built in; its bzImage.  Built once per process
     (the script itself rebuilds only when an input changed)."""
-    outdir = os.path.join(build, "..", "kernel", kver)
-    if (build, kver) not in _kernel_built:
-        subprocess.run([os.path.join(REPO, "kvm", "build-kernel.sh"), kver,
-                        outdir], check=True)
-        _kernel_built.add((build, kver))
-    return os.path.join(outdir, "bzImage")
+    return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
+                                        "kernel"), "bzImage")
 
 
-_kernel_built = set()
+# The (script, build, kver) this process has run.
+_kvm_built = set()
+
+
+def _run_kvm_script(script, build, kver, subdir):
+    """kvm/SCRIPT KVER into build/SUBDIR/KVER, once per process (each
+    script rebuilds only what changed); that directory."""
+    outdir = os.path.join(build, "..", subdir, kver)
+    if (script, build, kver) not in _kvm_built:
+        subprocess.run([os.path.join(REPO, "kvm", script), kver, outdir],
+                       check=True)
+        _kvm_built.add((script, build, kver))
+    return outdir
 
 
 def build_hpkvm(build, out, arch="x86_64"):
