@@ -40,15 +40,33 @@ def excerpt(lines):
 EXCEPTION_LINE = re.compile(r"^#\s*([\w.]+(Error|Exception|Exit)\b.*)")
 
 
+# A traceback's caret line under the failing expression: "#   ^^^^^".
+CARETS = re.compile(r"^#\s*[\^~]+\s*$")
+
+
+def failing_source(comments, at):
+    """The source line a traceback shows just above its exception at
+    comments[at] (an assert names the check that failed), or None."""
+    i = at - 1
+    while i >= 0 and CARETS.match(comments[i]):
+        i -= 1
+    if i < 1 or not comments[i - 1].lstrip("# ").startswith("File "):
+        return None
+    return comments[i].lstrip("# ").strip()
+
+
 def exception(comments):
-    """The last exception in TAP comments, its next two lines joined."""
+    """The last exception in TAP comments, after the source line that
+    raised it and before its next two lines, joined."""
     starts = [i for i, line in enumerate(comments)
               if EXCEPTION_LINE.match(line)]
     if not starts:
         return "see above"
     first = EXCEPTION_LINE.match(comments[starts[-1]]).group(1)
     rest = [line.lstrip("# ") for line in comments[starts[-1] + 1:][:2]]
-    return " | ".join([first] + [line for line in rest if line])
+    source = failing_source(comments, starts[-1])
+    return " | ".join(([source] if source else []) + [first] +
+                      [line for line in rest if line])
 
 
 def explain_failure(entry):

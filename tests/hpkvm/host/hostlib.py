@@ -32,7 +32,8 @@ FAKE_KERNEL = os.path.join(BUILD, "tests/hpkvm/fake-kernel/"
 
 class TapSuite:
     """Test cases run in order, printed as TAP; a case returning "SKIP
-    reason" is reported skipped, one raising fails with its traceback."""
+    reason" is reported skipped, one raising fails with its traceback
+    (printed before its "not ok" line)."""
 
     def __init__(self):
         self.cases = []
@@ -66,10 +67,13 @@ class TapSuite:
                 print(f"ok {i} - {name}{took}" +
                       (f" # {skip}" if skip else ""), flush=True)
             except Exception:
+                # The traceback before the case's line, as every hpkvm
+                # test prints: scripts/hpkvm/run-tests.py repeats the
+                # comments before a failing line at the end of the log.
                 failed += 1
-                print(f"not ok {i} - {name}", flush=True)
                 for line in traceback.format_exc().splitlines():
                     print(f"# {line}", flush=True)
+                print(f"not ok {i} - {name}", flush=True)
         return 1 if failed else 0
 
 
