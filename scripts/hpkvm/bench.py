@@ -321,15 +321,16 @@ def parse(text, frames, info, arch=X86, cpus=(), trace=None):
     noise = arch.get("null_frame_host", ())
 
     def null_guest_exits(d):
+        """A vCPU's exits in the null frame, less the host's there."""
         return d.get("guest_exits", 0) - sum(d.get(r, 0) for r in noise)
     if null.get("exits"):
         guest = null_guest_exits(null["exits"])
         if guest != 1:
             out["boundary_extra"]["guest_exits"] = guest - 1
         for i, d in enumerate(null["exits_by_vcpu"][1:], 1):
-            if null_guest_exits(d):
-                out["boundary_extra"][f"vcpu{i}:guest_exits"] = \
-                    null_guest_exits(d)
+            extra = null_guest_exits(d)
+            if extra:
+                out["boundary_extra"][f"vcpu{i}:guest_exits"] = extra
         # vCPU 0's: stopping the VM costs the others only kicks, which
         # their guest_exits leave out, but which a reason of theirs may
         # count (a vCPU woken from WFI goes back to it).

@@ -629,16 +629,17 @@ def nohz_tasks_run(res):
     """The tasks that ran on cores 2-3 while the LOC rates were taken:
     what kept a tick there, if one ran."""
     def runs(label):
+        """{pid: (core, comm, runs)}; comm may hold spaces."""
         out = {}
         for line in lines_with(res.output, f"tasks-{label}: "):
-            core, pid, comm, n = line.rsplit(" ", 1)[0].split(" ", 2) + \
-                [line.rsplit(" ", 1)[1]]
+            core, pid, rest = line.split(" ", 2)
+            comm, n = rest.rsplit(" ", 1)
             out[pid] = (core, comm, int(n))
         return out
-    before, after = runs("before"), runs("after")
-    return [f"core {core} {comm} ran {n - before.get(pid, (0, 0, 0))[2]}x"
-            for pid, (core, comm, n) in after.items()
-            if n > before.get(pid, (0, 0, 0))[2]]
+    before = {pid: n for pid, (_, _, n) in runs("before").items()}
+    ran = [(core, comm, n - before.get(pid, 0))
+           for pid, (core, comm, n) in runs("after").items()]
+    return [f"core {core} {comm} ran {n}x" for core, comm, n in ran if n]
 
 
 def nohz_rates(res):
