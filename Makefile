@@ -10,8 +10,9 @@
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
 #               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
-#   make kvm    our reference KVM (kvm/) for the nested test host: its
-#               modules for Debian's kernel, and our kernel built whole
+#   make kvm    our reference KVM (kvm/) for the nested test hosts: its
+#               modules for Debian's x86 kernel, and our kernel built
+#               whole, for x86 and arm64
 #   make arm    the Arm side: qemu-system-aarch64 for arm64 hosts
 #               (build/aarch64) and the arm64 nested test host's needs
 #   make clean  remove build/
@@ -78,6 +79,7 @@ ARM_TARGETS := qemu-system-aarch64 \
 	tools/hpkvm/qemu-hpkvm-check \
 	tests/hpkvm/nested-host/qmp-exec \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge \
+	tests/hpkvm/kernel/hpkvm-contract-test \
 	$(addprefix tests/unit/test-hpkvm-,$(ARM_UNIT_TESTS))
 
 .PHONY: all build configure run check bench install deb kvm arm clean
@@ -105,6 +107,7 @@ check: $(BUILD)/build.ninja configure
 	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
 	$(BUILD_INSTALLED)
 	kvm/build-kernel.sh
+	kvm/build-kernel.sh --arch arm64
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
@@ -142,6 +145,7 @@ arm: $(BUILD)/build.ninja configure
 kvm:
 	kvm/build.sh
 	kvm/build-kernel.sh
+	kvm/build-kernel.sh --arch arm64
 
 clean:
 	rm -rf build

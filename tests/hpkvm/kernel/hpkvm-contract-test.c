@@ -176,9 +176,16 @@ static void contract_vm_new(ContractVm *vm)
     vm->kvm_fd = contract_open_kvm();
     vm->fd = contract_setup(ioctl(vm->kvm_fd, KVM_CREATE_VM, 0),
                             "KVM_CREATE_VM");
+#ifdef __x86_64__
     /* The contract's order: HPKVM_ENABLE after the in-kernel irqchip. */
     contract_setup(ioctl(vm->fd, KVM_CREATE_IRQCHIP, 0),
                    "KVM_CREATE_IRQCHIP");
+#endif
+    /*
+     * On arm64 the vGIC is a device QEMU creates after the vCPUs (its
+     * redistributors are per vCPU), so HPKVM_ENABLE comes before it; the
+     * contract's "On Arm" says so.
+     */
 }
 
 /* The VM goes (and its vCPUs' cores with it) once its vCPUs are freed. */
@@ -235,6 +242,21 @@ static void contract_vcpu_new(ContractVm *vm, unsigned long id,
     }
     /* KVM_RUN then stops right after hpkvm's checks (see the top). */
     vcpu->run->immediate_exit = 1;
+#ifdef __aarch64__
+    {
+        /*
+         * arm64's KVM_RUN refuses a vCPU not yet initialised (ENOEXEC)
+         * before it looks at immediate_exit; its hpkvm checks still come
+         * first.
+         */
+        struct kvm_vcpu_init init;
+
+        contract_setup(ioctl(vm->fd, KVM_ARM_PREFERRED_TARGET, &init),
+                       "KVM_ARM_PREFERRED_TARGET");
+        contract_setup(ioctl(vcpu->fd, KVM_ARM_VCPU_INIT, &init),
+                       "KVM_ARM_VCPU_INIT");
+    }
+#endif
 }
 
 /* The mapping holds the VM as much as the fd does: both must go. */

@@ -368,6 +368,9 @@ def hpkvm_inputs_arm64(build):
               os.path.join(arm, "tests/hpkvm/nested-host/qmp-exec")),
              ("hpkvm/bin/vhost-user-bridge",
               os.path.join(arm, "tests/hpkvm/net/hpkvm-vhost-user-bridge")),
+             # The contract's test against our KVM (kvm/, our kernel).
+             ("hpkvm/bin/hpkvm-contract-test",
+              os.path.join(arm, "tests/hpkvm/kernel/hpkvm-contract-test")),
              ("hpkvm/guests/hpkvm-guest-arm.elf",
               os.path.join(build, "tests/hpkvm/guest-arm",
                            "hpkvm-guest-arm.elf"))]
@@ -575,26 +578,33 @@ def build_kvm(build, kver):
     return out
 
 
-def build_kernel(build, kver):
+def build_kernel(build, kver, arch="x86_64"):
     """Our kernel (kvm/build-kernel.sh): Debian's source for @kver with our
-    series, everything built in; its bzImage.  Built once per process
-    (the script itself rebuilds only when an input changed)."""
+    series, everything built in; its bzImage, or on aarch64 its Image.
+    Built once per process (the script itself rebuilds only when an input
+    changed)."""
+    if arch == "aarch64":
+        return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
+                                            "kernel", "arm64"), "Image")
     return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
                                         "kernel"), "bzImage")
 
 
-# The (script, build, kver) this process has run.
+# The (script, build, kver, arch) this process has run.
 _kvm_built = set()
 
 
-def _run_kvm_script(script, build, kver, subdir):
-    """kvm/SCRIPT KVER into build/SUBDIR/KVER, once per process (each
-    script rebuilds only what changed); that directory."""
-    outdir = os.path.join(build, "..", subdir, kver)
-    if (script, build, kver) not in _kvm_built:
-        subprocess.run([os.path.join(REPO, "kvm", script), kver, outdir],
+def _run_kvm_script(script, build, kver, subdir, arch=None):
+    """kvm/SCRIPT [--arch ARCH] KVER into build/SUBDIR/KVER[-ARCH], once
+    per process (each script rebuilds only what changed); that
+    directory."""
+    outdir = os.path.join(build, "..", subdir,
+                          kver + (f"-{arch}" if arch else ""))
+    if (script, build, kver, arch) not in _kvm_built:
+        subprocess.run([os.path.join(REPO, "kvm", script),
+                        *(("--arch", arch) if arch else ()), kver, outdir],
                        check=True)
-        _kvm_built.add((script, build, kver))
+        _kvm_built.add((script, build, kver, arch))
     return outdir
 
 

@@ -136,8 +136,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     kernel on TCG's virt machine with EL2 (GICv3 with an ITS), where
     arm64 KVM's own code runs, with the aarch64 cross build of QEMU
     (build/aarch64) and the aarch64 test guest inside; there, kvm is
-    "stock" (no reference KVM for arm64 yet), and no libvirt or
-    installed tree yet;
+    "stock" with Debian's kernel, "hpkvm" with ours (arm64's KVM is
+    built in: no modules-only variant), and no libvirt or installed
+    tree yet;
 
     gic: on arm64, the host's GIC version: 3, or 4, TCG's GICv4.0, where
     KVM maps a passed-through device's MSIs as vLPIs
@@ -145,8 +146,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
     kernel: "debian", Debian's kernel (with our KVM's modules if
-    kvm="hpkvm"), or "hpkvm", our whole kernel (kvm/build-kernel.sh: our
-    series, everything built in; kvm must be "hpkvm");
+    kvm="hpkvm", x86 only), or "hpkvm", our whole kernel
+    (kvm/build-kernel.sh: our series, everything built in; kvm must be
+    "hpkvm");
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping; on arm64, an SMMUv3,
     and the host boots through UEFI with ACPI, as Arm servers do (see
@@ -165,23 +167,27 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     if kvm not in ("hpkvm", "stock"):
         raise ValueError(f"kvm={kvm!r}: 'hpkvm' or 'stock'")
     if kernel not in ("debian", "hpkvm") or \
-            (kernel == "hpkvm" and (kvm != "hpkvm" or arch != "x86_64")):
+            (kernel == "hpkvm" and kvm != "hpkvm"):
         raise ValueError(f"kernel={kernel!r}: 'debian', or 'hpkvm' with "
-                         f"kvm='hpkvm' on x86_64")
+                         f"kvm='hpkvm'")
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
     if gic not in (3, 4) or (gic == 4 and arch != "aarch64"):
         raise ValueError(f"gic={gic!r}: 3, or 4 on arch='aarch64'")
-    if arch == "aarch64" and (kvm != "stock" or libvirt or installed):
-        raise ValueError("the arm64 nested host has Debian's KVM only "
-                         "(kvm='stock'), and no libvirt or installed yet")
+    if arch == "aarch64" and (kvm == "hpkvm") != (kernel == "hpkvm"):
+        raise ValueError("the arm64 nested host has our KVM only in our "
+                         "kernel: kvm='hpkvm' with kernel='hpkvm', or "
+                         "kvm='stock' with kernel='debian'")
+    if arch == "aarch64" and (libvirt or installed):
+        raise ValueError("the arm64 nested host has no libvirt or "
+                         "installed tree yet")
     build = build or build_dir()
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
     vmlinuz, base = image.build_base(cache, kver, arch)
     pieces = [base]
     if kernel == "hpkvm":
-        vmlinuz = image.build_kernel(build, kver)
+        vmlinuz = image.build_kernel(build, kver, arch)
     elif kvm == "hpkvm":
         pieces.append(image.build_kvm(build, kver))
     if libvirt:
@@ -317,7 +323,8 @@ def main():
                         "(kvm/build-kernel.sh)")
     r.add_argument("--arch", choices=("x86_64", "aarch64"), default="x86_64",
                    help="the x86 nested host (default) or the arm64 one "
-                        "(which has Debian's KVM; its IOMMU an SMMUv3)")
+                        "(its IOMMU an SMMUv3; our KVM there only with "
+                        "--kernel hpkvm)")
     r.add_argument("--gic", type=int, choices=(3, 4), default=3,
                    help="the arm64 host's GIC: 4 for GICv4 vLPIs")
     r.add_argument("--append", action="append", default=[],
