@@ -3,8 +3,10 @@
  *
  * What each feature needs of an Arm guest's machine, and what upstream
  * KVM on arm64 (Linux 6.1) does where the kernel does not grant a
- * feature: the words of query-hpkvm's report.  No patched Arm KVM exists
- * yet, so on Arm these are what every hpkvm VM gets.
+ * feature: the words of query-hpkvm's report.  The reference kernel
+ * (kvm/, built for arm64) grants exclusive-cores and dynamic-nohz and
+ * refuses the interrupt features, so on Arm these are what every hpkvm
+ * VM gets of those.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
