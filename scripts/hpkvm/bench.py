@@ -3,7 +3,10 @@
 """make bench: the seed's micro-benchmarks and an exit census, -accel kvm
 and -accel hpkvm side by side (and -accel tcg as a reference), alternating
 in one run, on this machine's KVM, in the nested test host and in the
-arm64 nested test host.
+arm64 nested test host.  The nested hosts run our reference KVM (kvm/:
+its modules on Debian's x86 kernel, our whole arm64 kernel), and a
+second boot of each on Debian's own KVM runs -accel kvm once more: the
+stock reference column ("kvm-stock").
 
 For each workload of the test guest's bench mode (tests/hpkvm/guest/
 bench.c; on arm64 tests/hpkvm/guest-arm/bench.c) it reports latency
@@ -23,7 +26,7 @@ other than one exit) is an error.
 
   bench.py BUILD [--tiny] [--out DIR] [--reps N] [--samples N]
            [--hosts local,nested,nested-arm64] [--no-nested] [--no-local]
-           [--no-arm] [--no-tcg]
+           [--no-arm] [--no-tcg] [--no-reference]
 """
 
 import argparse
@@ -85,8 +88,11 @@ ARCHES = {
         "accel": {"kvm": "-accel kvm -cpu host",
                   "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
                            "-cpu host"},
-        # An igb VF on vfio-pci behind the emulated VT-d, for vf-msi.
-        "nested": {"vfs": 1, "vfio_vfs": 1},
+        # An igb VF on vfio-pci behind the emulated VT-d, for vf-msi;
+        # our KVM's modules on Debian's kernel.
+        "nested": {"kvm": "hpkvm", "vfs": 1, "vfio_vfs": 1},
+        # The stock reference: the same host on Debian's KVM.
+        "reference": {"kvm": "stock"},
         "setup": VF_SETUP,
         "host": "nested",
         "exits_meaning": "VM exits the guest caused (all VM exits but "
@@ -131,13 +137,16 @@ ARCHES = {
         "accel": {"kvm": "-accel kvm -cpu host",
                   "hpkvm": "-accel hpkvm,host-cpus=2-3,"
                            "housekeeping-cpus=0-1 -cpu host"},
-        # nohz_full on the cores hpkvm leases, as hpkvm-arm.rst tells an
-        # operator of a stock arm64 kernel (no dynamic-nohz there); an
-        # SMMUv3 and an igb VF on vfio-pci for vf-msi; a GICv4 with
-        # kvm-arm.vgic_v4_enable=1 (--arm-gic 3: a GICv3).
-        "nested": {"arch": "aarch64", "kvm": "stock", "iommu": True,
-                   "vfs": 1, "vfio_vfs": 1, "gic": 4,
+        # Our arm64 kernel (kvm/build-kernel.sh --arch arm64), booted
+        # with nohz_full on the cores hpkvm leases (so that it grants
+        # dynamic-nohz; what hpkvm-arm.rst tells an operator of a stock
+        # kernel too); an SMMUv3 and an igb VF on vfio-pci for vf-msi; a
+        # GICv4 with kvm-arm.vgic_v4_enable=1 (--arm-gic 3: a GICv3).
+        "nested": {"arch": "aarch64", "kvm": "hpkvm", "kernel": "hpkvm",
+                   "iommu": True, "vfs": 1, "vfio_vfs": 1, "gic": 4,
                    "append": ("nohz_full=2-3",)},
+        # The stock reference: Debian's arm64 kernel and its KVM.
+        "reference": {"kvm": "stock", "kernel": "debian"},
         "setup": VF_SETUP,
         "host": "nested-arm64",
         "exits_meaning": "VM exits less QEMU's kicks (host interrupts "
@@ -151,13 +160,15 @@ CPU = {"kvm": "host,-arch-capabilities", "hpkvm": "host,-arch-capabilities",
 HOSTS = {
     "local": "this machine's KVM (nested paravirtual: timings real but "
              "noisy, exits emulated differently from hardware)",
-    "nested": "the nested test host's KVM (real SVM exit semantics: exit "
+    "nested": "the nested test host's KVM, ours (kvm/'s modules; "
+              "kvm-stock: Debian's), with real SVM exit semantics: exit "
               "counts meaningful, timings not: it runs under TCG; an igb "
-              "VF passed through)",
-    "nested-arm64": "the arm64 nested test host's KVM (Debian's arm64 KVM, "
-                    "VHE, a vGICv3; the host's GIC a GICv4 with vLPIs "
-                    "unless --arm-gic 3; an igb VF passed through; under "
-                    "TCG: exit counts real, timings not)",
+              "VF passed through",
+    "nested-arm64": "the arm64 nested test host's KVM, ours (kvm/'s arm64 "
+                    "kernel; kvm-stock: Debian's), VHE, a vGICv3; the "
+                    "host's GIC a GICv4 with vLPIs unless --arm-gic 3; an "
+                    "igb VF passed through; under TCG: exit counts real, "
+                    "timings not",
 }
 
 
@@ -169,6 +180,9 @@ HOSTS_SHORT = {
     "nested-arm64": "arm64 nested test host (arm64 KVM under TCG): exit "
                     "counts real, timings not",
 }
+# The accelerators' columns, in order: kvm-stock is -accel kvm on the
+# nested hosts' stock KVM (the "reference" boot).
+COLUMNS = ("kvm", "hpkvm", "kvm-stock", "tcg")
 # Which architecture each host's guests are.
 HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"]}
 # Workloads whose operation is an IPI from vCPU 0: their exits also
@@ -685,6 +699,9 @@ def main():
     ap.add_argument("--no-local", action="store_true")
     ap.add_argument("--no-arm", action="store_true",
                     help="not the arm64 nested test host")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="no second boot of the nested hosts on Debian's "
+                         "KVM (the kvm-stock column)")
     ap.add_argument("--arm-gic", type=int, choices=(3, 4), default=4,
                     help="the arm64 nested test host's GIC: 4 (default), "
                          "where KVM forwards the VF's MSI as a vLPI, or 3")
@@ -728,28 +745,31 @@ def main():
         summary["local"] = summarize(runs)
     else:
         print("hpkvm bench: no usable /dev/kvm: local runs skipped")
-    if "nested" in hosts:
-        print("hpkvm bench: nested test host, kvm and hpkvm alternating",
+    arm = ARCHES["aarch64"]
+    arm = dict(arm, nested=dict(arm["nested"], gic=args.arm_gic))
+    for host, arch, label in (("nested", X86, "nested test host"),
+                              ("nested-arm64", arm,
+                               "arm64 nested test host")):
+        if host not in hosts:
+            continue
+        print(f"hpkvm bench: {label}, our KVM: kvm and hpkvm alternating",
               flush=True)
-        runs = run_nested(build, ["kvm", "hpkvm"], max(args.samples // 4, 20),
-                          1500, 1)
-        raw["hosts"]["nested"] = runs
-        summary["nested"] = summarize(runs)
-    if "nested-arm64" in hosts:
-        print("hpkvm bench: arm64 nested test host, kvm and hpkvm "
-              "alternating", flush=True)
-        arm = ARCHES["aarch64"]
-        arm = dict(arm, nested=dict(arm["nested"], gic=args.arm_gic))
-        runs = run_nested(build, ["kvm", "hpkvm"], max(args.samples // 4, 20),
-                          1500, 1, arm)
-        raw["hosts"]["nested-arm64"] = runs
-        summary["nested-arm64"] = summarize(runs)
+        samples = max(args.samples // 4, 20)
+        runs = run_nested(build, ["kvm", "hpkvm"], samples, 1500, 1, arch)
+        if not args.no_reference:
+            print(f"hpkvm bench: {label}, stock KVM: kvm", flush=True)
+            stock = dict(arch, nested=dict(arch["nested"],
+                                           **arch["reference"]))
+            runs["kvm-stock"] = run_nested(build, ["kvm"], samples, 1500, 1,
+                                           stock)["kvm"]
+        raw["hosts"][host] = runs
+        summary[host] = summarize(runs)
 
     inexact = [(h, a, r["boundary_extra"])
                for h, runs in raw["hosts"].items()
                for a, rs in runs.items() for r in rs if r["boundary_extra"]]
     for host, table in summary.items():
-        accels = [a for a in ("kvm", "hpkvm", "tcg") if a in raw["hosts"][host]]
+        accels = [a for a in COLUMNS if a in raw["hosts"][host]]
         print_table(host, table, accels, len(raw["hosts"][host]["kvm"]))
         print(f"   what hpkvm had ({host}): {granted(raw['hosts'][host])}")
         notes = sorted({f"{a}: {n}" for a, rs in raw["hosts"][host].items()

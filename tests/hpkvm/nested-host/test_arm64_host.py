@@ -455,8 +455,9 @@ hpnet_run sriov -fw_cfg name=opt/org.hpkvm/vnet-standby,string=1 \
 
 @tests.case
 def make_benchs_arm64_exit_census_is_exact():
-    """make bench's arm64 table, at its smallest: both accelerators'
-    frames cost exactly their boundary (the null frame's one MMIO exit,
+    """make bench's arm64 table, at its smallest, on our arm64 kernel
+    (hpkvm with exclusive-cores and dynamic-nohz granted): both
+    accelerators' frames cost exactly their boundary (the null frame's one MMIO exit,
     the tracepoint's count of every vCPU's exits equal to KVM's), and
     what each workload must cost on arm64 KVM, whatever the host's
     interrupts add: one HVC trap per HVC, one system register trap per
@@ -488,6 +489,10 @@ def make_benchs_arm64_exit_census_is_exact():
         assert receiver.get("wfx_traps", 0) >= 1.0, (accel, receiver)
     info = runs["hpkvm"][0]["hpkvm"]
     assert info["host-cpus"] == "2-3", info
+    # On our arm64 kernel, as make bench runs it (ARCHES["aarch64"]).
+    assert info["kernel-version"] == 1, info
+    for name in ("exclusive-cores", "dynamic-nohz"):
+        assert feature(info, name)["granted"], (name, info["features"])
 
 
 # The host's own timer interrupts ("arch_timer" in /proc/interrupts: in
