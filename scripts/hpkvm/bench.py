@@ -420,8 +420,12 @@ trace_exits_start() {
     echo > $TRACEFS/trace
 }
 trace_exits() {
-    sed -n 's/.*-\([0-9][0-9]*\) *\[[0-9]*\].* kvm_exit: \([A-Z_]*\): HSR_EC: 0x[0-9a-f]* (\([A-Za-z0-9_]*\)).*/\1:\2:\3/p' \
-        $TRACEFS/trace | sort | uniq -c | tr -s ' \n' '  '
+    # "TID:TYPE:CLASS" of each line "COMM-TID [CPU] ... kvm_exit: TYPE:
+    # HSR_EC: 0xN (CLASS), ...", counted.
+    tid='.*-\([0-9][0-9]*\) *\[[0-9]*\].*'
+    ec=' kvm_exit: \([A-Z_]*\): HSR_EC: 0x[0-9a-f]* (\([A-Za-z0-9_]*\)).*'
+    sed -n "s/$tid$ec/\\1:\\2:\\3/p" $TRACEFS/trace |
+        sort | uniq -c | tr -s ' \n' '  '
     echo > $TRACEFS/trace
 }
 """
