@@ -72,9 +72,11 @@ guest_stuck() {
                       "mmio_exits"]}]}}')"
         sleep 1
     done
+    regs='[ER]IP=[0-9a-f]*\|HLT=[01]\|[ER]FL=[0-9a-f]*'
+    regs=$regs'\|CS =[0-9a-f]* [0-9a-f]*\|CR0=[0-9a-f]*'
     qmp-exec $sock '{"execute": "human-monitor-command",
         "arguments": {"command-line": "info registers -a"}}' |
-        grep -o '[ER]IP=[0-9a-f]*\|HLT=[01]\|[ER]FL=[0-9a-f]*\|CS =[0-9a-f]* [0-9a-f]*\|CR0=[0-9a-f]*' |
+        grep -o "$regs" |
         tr '\n' ' ' | sed 's/^/stuck: registers /'
     echo
     echo "stuck: clocksource" \

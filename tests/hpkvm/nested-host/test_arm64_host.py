@@ -16,8 +16,9 @@ of QEMU (build/aarch64) and the aarch64 test guest (tests/hpkvm/guest-arm):
 - with host-cpus=2-3, each vCPU thread runs on its leased core and
   QEMU's other threads on the housekeeping cores, qemu-hpkvm-helper
   isolates the cores (host IRQs moved off, the GIC's per-CPU ones, IPIs,
-  timers and the vGIC's, reported as per-CPU, none left), exclusive-cores is the upstream mechanism; the host's IRQ
-  affinities are as before once QEMU has exited;
+  timers and the vGIC's, reported as per-CPU, none left),
+  exclusive-cores is the upstream mechanism; the host's IRQ affinities
+  are as before once QEMU has exited;
 - a SIGKILLed hpkvm VM leaves the host as it was (the helper undoes its
   isolation) and the next VM leases the same cores;
 - qemu-hpkvm-check advises as for an arm64 host (the architected
@@ -319,6 +320,8 @@ HPNET_LIB = r"""
 hpnet_peek() { :; }
 printf '#!/bin/sh\nip link set "$1" up\n' > /tmp/ifup
 chmod +x /tmp/ifup
+# The tap of -netdev hpnet's tap backends.
+TAP=ifname=hptap0,script=/tmp/ifup
 VNET="-machine highmem-ecam=off -fw_cfg name=opt/org.hpkvm/vnet,string=8
       -fw_cfg name=opt/org.hpkvm/hold,string=1"
 hpnet_run() {
@@ -349,9 +352,9 @@ def hpnet_backends_carry_the_guests_frames_on_arm64():
     vhost-user-bridge, which sends each as a UDP datagram (counted by the
     host's UDP statistics: nothing else in the nested host sends any)."""
     res = nested(HPNET_LIB + r"""
-hpnet_run vhost-net -netdev hpnet,id=n0,need=throughput,ifname=hptap0,script=/tmp/ifup \
+hpnet_run vhost-net -netdev hpnet,id=n0,need=throughput,$TAP \
     -device virtio-net-pci,netdev=n0,romfile=
-hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,ifname=hptap0,script=/tmp/ifup \
+hpnet_run virtio-net -netdev hpnet,id=n0,need=compatibility,$TAP \
     -device virtio-net-pci,netdev=n0,romfile=
 udp_out() { awk '/^Udp: [0-9]/ { print $5 }' /proc/net/snmp; }
 vhost-user-bridge -u /tmp/vubr.sock -l 127.0.0.1:4444 -r 127.0.0.1:5555 \
@@ -426,7 +429,7 @@ hpnet_peek() {
 hpnet_run sriov -fw_cfg name=opt/org.hpkvm/vnet-standby,string=1 \
     -fw_cfg name=opt/org.hpkvm/vf-msi,string=1 \
     -device pcie-root-port,id=rp1,slot=1,chassis=1 \
-    -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,ifname=hptap0,script=/tmp/ifup \
+    -netdev hpnet,id=n1,need=isolation,pf=$pf,standby=net1,vf-bus=rp1,$TAP \
     -device virtio-net-pci,netdev=n1,id=net1,failover=on,romfile=
 """, iommu=True, vfs=2, vfio_vfs=2, gic=gic)
         print(f"# GICv{gic} host:\n#", res.output.replace("\n", "\n# "))
@@ -528,7 +531,8 @@ hpkvm-contract-test --tap > /tmp/contract.log 2>&1
 echo "contract-status: $?"
 sed 's/^/contract: /' /tmp/contract.log
 echo "nohz_full: $(cat /sys/devices/system/cpu/nohz_full)"
-start_qemu -accel hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,exclusive-cores=on,dynamic-nohz=on \
+leased=host-cpus=2-3,housekeeping-cpus=0-1
+start_qemu -accel hpkvm,$leased,exclusive-cores=on,dynamic-nohz=on \
     -smp 2 -fw_cfg name=opt/org.hpkvm/hold,string=1 || exit 1
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 qmp-exec /tmp/qmp.sock cont > /dev/null
@@ -541,7 +545,8 @@ sed 's/^/held-serial: /' /tmp/serial.log | tr -d '\r'
 for t in /proc/$qemu_pid/task/*; do
     case "$(grep Cpus_allowed_list $t/status | cut -f2)" in
     2|3) taskset -p -c 0 ${t##*/} > /dev/null 2>&1
-         echo "taskset: ${t##*/} $? $(grep Cpus_allowed_list $t/status | cut -f2)" ;;
+         echo "taskset: ${t##*/} $?" \
+              "$(grep Cpus_allowed_list $t/status | cut -f2)" ;;
     esac
 done
 sleep 1             # the guest's last exits, and the tick's stop
