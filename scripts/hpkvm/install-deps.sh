@@ -38,8 +38,9 @@ fi
 # systemd (systemd-analyze): the install test verifies the helper's units.
 # python3-sphinx, python3-sphinx-rtd-theme: QEMU's manual and the man
 # pages of QEMU and hpkvm's tools.  dpkg-dev (dpkg-shlibdeps): make deb.
-# clang, lld, llvm: the aarch64 cross build and its bare-metal guest
-# (scripts/hpkvm/aarch64-toolchain.sh says why not gcc-aarch64-linux-gnu).
+# clang, lld, llvm: the aarch64 cross build, its bare-metal guest and
+# our arm64 kernel (scripts/hpkvm/aarch64-toolchain.sh says why not
+# gcc-aarch64-linux-gnu).
 # bc, libelf-dev (objtool): our whole kernel (kvm/build-kernel.sh).
 base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
@@ -107,7 +108,8 @@ if [ "$need_sources" = no ] && [ -z "$need_base" ] && [ -z "$need_bpo" ]; then
 fi
 
 if [ "$(id -u)" != 0 ]; then
-    echo "hpkvm: missing build dependencies:${need_base:+ $need_base}${need_bpo:+ $need_bpo (bookworm-backports)}" >&2
+    bpo_note=${need_bpo:+ $need_bpo (bookworm-backports)}
+    echo "hpkvm: missing build dependencies:${need_base:+ $need_base}$bpo_note" >&2
     [ "$need_sources" = yes ] && echo "hpkvm: and the apt source $sources" >&2
     echo "hpkvm: run this once as root, then configure again:" >&2
     echo "    sudo $0" >&2

@@ -583,11 +583,10 @@ def build_kernel(build, kver, arch="x86_64"):
     series, everything built in; its bzImage, or on aarch64 its Image.
     Built once per process (the script itself rebuilds only when an input
     changed)."""
-    if arch == "aarch64":
-        return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
-                                            "kernel", "arm64"), "Image")
+    karch, name = ("arm64", "Image") if arch == "aarch64" else \
+        (None, "bzImage")
     return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
-                                        "kernel"), "bzImage")
+                                        "kernel", karch), name)
 
 
 # The (script, build, kver, arch) this process has run.

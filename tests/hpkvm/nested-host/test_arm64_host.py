@@ -71,6 +71,15 @@ start_qemu() {
     done
     return 0
 }
+# Let the guest run and wait for its result line, at most $1 tenths of
+# a second.
+run_to_result() {
+    qmp-exec /tmp/qmp.sock cont > /dev/null
+    i=0
+    while ! grep -q 'PASS\|FAIL' /tmp/serial.log && [ $i -lt $1 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+}
 finish_qemu() {
     qmp-exec /tmp/qmp.sock cont > /dev/null
     i=0
@@ -329,11 +338,7 @@ hpnet_run() {
     shift
     start_qemu -accel kvm -smp 1 $VNET "$@" || exit 1
     echo "$label-before: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
-    qmp-exec /tmp/qmp.sock cont > /dev/null
-    i=0
-    while ! grep -q 'PASS\|FAIL' /tmp/serial.log && [ $i -lt 300 ]; do
-        sleep 0.1; i=$((i + 1))
-    done
+    run_to_result 300
     echo "$label-after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpnet"}')"
     hpnet_peek $label
     echo "$label-rx: $(cat /sys/class/net/hptap0/statistics/rx_packets 2>/dev/null)"
@@ -535,11 +540,7 @@ leased=host-cpus=2-3,housekeeping-cpus=0-1
 start_qemu -accel hpkvm,$leased,exclusive-cores=on,dynamic-nohz=on \
     -smp 2 -fw_cfg name=opt/org.hpkvm/hold,string=1 || exit 1
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
-qmp-exec /tmp/qmp.sock cont > /dev/null
-i=0
-while ! grep -q 'PASS\|FAIL' /tmp/serial.log && [ $i -lt 600 ]; do
-    sleep 0.1; i=$((i + 1))
-done
+run_to_result 600
 sed 's/^/held-serial: /' /tmp/serial.log | tr -d '\r'
 # The threads on a leased core (the vCPUs'), each asked to move to 0.
 for t in /proc/$qemu_pid/task/*; do
