@@ -49,14 +49,33 @@ param() {
 }
 
 kvm=$(param kvm)
+# kvm-amd's parameters, e.g. nested_host.kvm_amd=avic=1 (0: none).
+kvm_amd=$(param kvm_amd)
+[ "$kvm_amd" = 0 ] && kvm_amd=
 # Our whole kernel has what the modules give built in (kvm/kernel.config).
 [ "$(param kernel)" = hpkvm ] && : > /etc/nested-host/modules
+# KVM takes the TSC's rate when it loads, as its guests' TSC rate: under
+# TCG, Linux's early estimate can be far off, and a guest's TSC-deadline
+# timer then fires seconds late or never.  Load KVM once Linux has
+# refined the rate and switched to the "tsc" clocksource (x86; 30 s at
+# most, then it loads anyway and says so).
+cs=/sys/devices/system/clocksource/clocksource0/current_clocksource
+if [ -s /etc/nested-host/modules ] && grep -q tsc $cs; then
+    i=0
+    until [ "$(cat $cs)" = tsc ] || [ $i -ge 300 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+    [ "$(cat $cs)" = tsc ] || log "the TSC's rate is not refined yet"
+fi
 while read -r m; do
     # Ours replace the stock ones (unsigned: the kernel loads them, tainted).
     case "$kvm:${m##*/}" in
     hpkvm:kvm.ko|hpkvm:kvm-amd.ko) m=/hpkvm/kvm/${m##*/} ;;
     esac
-    insmod "$m" 2> $con || log "insmod $m failed"
+    args=
+    [ "${m##*/}" = kvm-amd.ko ] && args=$kvm_amd
+    # shellcheck disable=SC2086 # one word per parameter
+    insmod "$m" $args 2> $con || log "insmod $m $args failed"
 done < /etc/nested-host/modules
 
 vfs=$(param vfs)

@@ -131,7 +131,7 @@ def build_dir():
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
-        gic=3, kernel="debian"):
+        gic=3, kernel="debian", kvm_amd=""):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -147,6 +147,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     (kvm-arm.vgic_v4_enable=1: off by default in Linux 6.1);
 
     kvm: "hpkvm", our KVM (kvm/), or "stock", Debian's;
+    kvm_amd: kvm-amd's module parameters, e.g. "avic=1" (x86 with
+    kernel="debian", where kvm-amd is a module; with our whole kernel,
+    append "kvm_amd.avic=1" instead);
     kernel: "debian", Debian's kernel (with our KVM's modules if
     kvm="hpkvm", x86 only), or "hpkvm", our whole kernel
     (kvm/build-kernel.sh: our series, everything built in; kvm must be
@@ -172,6 +175,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
             (kernel == "hpkvm" and kvm != "hpkvm"):
         raise ValueError(f"kernel={kernel!r}: 'debian', or 'hpkvm' with "
                          f"kvm='hpkvm'")
+    if kvm_amd and (arch != "x86_64" or kernel != "debian" or
+                    " " in kvm_amd):
+        raise ValueError(f"kvm_amd={kvm_amd!r}: one parameter of the "
+                         f"kvm-amd module, x86 with kernel='debian'")
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"arch={arch!r}: 'x86_64' or 'aarch64'")
     if gic not in (3, 4) or (gic == 4 and arch != "aarch64"):
@@ -227,6 +234,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
                    f"nested_host.vfio_vfs={vfio_vfs}",
                    f"nested_host.kvm={kvm}",
                    f"nested_host.kernel={kernel}"]
+        if kvm_amd:
+            cmdline.append(f"nested_host.kvm_amd={kvm_amd}")
         if arch == "aarch64":
             # EL2 for KVM (VHE: -cpu max has it), GICv3 and its ITS.
             # pauth-impdef: TCG's architected pointer authentication
