@@ -196,14 +196,23 @@ static void avic_kick(CPUState *cs)
 
 void svm_avic_doorbell(CPUX86State *env, uint64_t apic_id)
 {
-    CPUState *cs;
+    CPUState *cs = cpu_by_arch_id(apic_id & AVIC_PHYS_HOST_ID_MASK);
 
     trace_svm_avic_doorbell(env_cpu(env)->cpu_index, apic_id);
-    CPU_FOREACH(cs) {
-        if (X86_CPU(cs)->apic_id == (apic_id & AVIC_PHYS_HOST_ID_MASK)) {
-            avic_kick(cs);
-        }
+    if (cs) {
+        avic_kick(cs);
     }
+}
+
+/* A #VMEXIT with both exit infos (cpu_vmexit() writes only the first). */
+static G_NORETURN void avic_vmexit(CPUX86State *env, uint64_t code,
+                                   uint64_t info1, uint64_t info2,
+                                   uintptr_t retaddr)
+{
+    x86_stq_phys(env_cpu(env),
+                 env->vm_vmcb + offsetof(struct vmcb, control.exit_info_2),
+                 info2);
+    cpu_vmexit(env, code, info1, retaddr);
 }
 
 /* A #VMEXIT to take once the current instruction has completed. */
@@ -220,6 +229,14 @@ static AvicAccess avic_trap(CPUX86State *env, uint64_t code,
 static uint64_t avic_noaccel_info(uint32_t offset, bool write)
 {
     return ((uint64_t)write << 32) | (offset & 0xff0);
+}
+
+/* #VMEXIT(AVIC_NOACCEL) as a fault: before the access, at @retaddr. */
+static G_NORETURN void avic_fault(CPUX86State *env, uint32_t offset,
+                                  bool write, uintptr_t retaddr)
+{
+    avic_vmexit(env, SVM_EXIT_AVIC_NOACCEL, avic_noaccel_info(offset, write),
+                0, retaddr);
 }
 
 /*
@@ -462,11 +479,7 @@ uint64_t svm_avic_msr_read(CPUX86State *env, uint32_t index,
     uint64_t val;
 
     if (!avic_read(env, offset, true, &val)) {
-        x86_stq_phys(env_cpu(env),
-                     env->vm_vmcb + offsetof(struct vmcb, control.exit_info_2),
-                     0);
-        cpu_vmexit(env, SVM_EXIT_AVIC_NOACCEL,
-                   avic_noaccel_info(offset, false), retaddr);
+        avic_fault(env, offset, false, retaddr);
     }
     return val;
 }
@@ -485,11 +498,7 @@ void svm_avic_msr_write(CPUX86State *env, uint32_t index, uint64_t val,
     access = avic_write(env, offset, val, true);
     bql_unlock();
     if (access == AVIC_FAULT) {
-        x86_stq_phys(env_cpu(env),
-                     env->vm_vmcb + offsetof(struct vmcb, control.exit_info_2),
-                     0);
-        cpu_vmexit(env, SVM_EXIT_AVIC_NOACCEL,
-                   avic_noaccel_info(offset, true), retaddr);
+        avic_fault(env, offset, true, retaddr);
     }
 }
 
@@ -506,17 +515,6 @@ static bool svm_avic_mmio_valid(CPUState *cs, hwaddr addr, unsigned size)
            size == 4 && !(addr & 0xf);
 }
 
-static G_NORETURN void svm_avic_mmio_fault(CPUState *cs, hwaddr addr,
-                                           bool write)
-{
-    CPUX86State *env = cpu_env(cs);
-
-    x86_stq_phys(cs, env->vm_vmcb + offsetof(struct vmcb, control.exit_info_2),
-                 0);
-    cpu_vmexit(env, SVM_EXIT_AVIC_NOACCEL, avic_noaccel_info(addr, write),
-               cs->mem_io_pc);
-}
-
 static uint64_t svm_avic_mmio_read(void *opaque, hwaddr addr, unsigned size)
 {
     CPUState *cs = current_cpu;
@@ -525,7 +523,7 @@ static uint64_t svm_avic_mmio_read(void *opaque, hwaddr addr, unsigned size)
     if (!svm_avic_mmio_valid(cs, addr, size) ||
         !avic_read(cpu_env(cs), addr, false, &val)) {
         if (cs && svm_avic_on(cpu_env(cs))) {
-            svm_avic_mmio_fault(cs, addr, false);
+            avic_fault(cpu_env(cs), addr, false, cs->mem_io_pc);
         }
         return 0;
     }
@@ -540,7 +538,7 @@ static void svm_avic_mmio_write(void *opaque, hwaddr addr, uint64_t val,
 
     if (!svm_avic_mmio_valid(cs, addr, size)) {
         if (cs && svm_avic_on(cpu_env(cs))) {
-            svm_avic_mmio_fault(cs, addr, true);
+            avic_fault(cpu_env(cs), addr, true, cs->mem_io_pc);
         }
         return;
     }
@@ -559,7 +557,7 @@ static void svm_avic_mmio_write(void *opaque, hwaddr addr, uint64_t val,
     }
     env->avic_replay = false;
     if (avic_write(env, addr, val, false) == AVIC_FAULT) {
-        svm_avic_mmio_fault(cs, addr, true);
+        avic_fault(cpu_env(cs), addr, true, cs->mem_io_pc);
     }
 }
 
@@ -649,10 +647,8 @@ bool svm_avic_exec_interrupt(CPUX86State *env)
         cs->interrupt_request &= ~CPU_INTERRUPT_AVIC;
         trace_svm_avic_vmexit(cs->cpu_index, code, env->avic_exit_info_1,
                               env->avic_exit_info_2);
-        x86_stq_phys(cs, env->vm_vmcb +
-                     offsetof(struct vmcb, control.exit_info_2),
-                     env->avic_exit_info_2);
-        cpu_vmexit(env, code, env->avic_exit_info_1, 0);
+        avic_vmexit(env, code, env->avic_exit_info_1,
+                    env->avic_exit_info_2, 0);
     }
     cs->interrupt_request &= ~CPU_INTERRUPT_AVIC;
     if (!svm_avic_on(env)) {
