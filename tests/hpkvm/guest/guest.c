@@ -49,6 +49,10 @@
 #define COM1            0x3f8
 #define PIC1_DATA       0x21
 #define PIC2_DATA       0xa1
+#define PIT_CH0         0x40
+#define PIT_MODE        0x43
+/* Channel 0, low then high byte, mode 0 (one-shot), binary. */
+#define PIT_CH0_ONESHOT 0x30
 #define FW_CFG_CTL      0x510
 #define FW_CFG_DATA     0x511
 #define FW_CFG_NB_CPUS  0x05
@@ -698,6 +702,15 @@ void bsp_main(void)
      */
     outb(PIC1_DATA, 0xff);
     outb(PIC2_DATA, 0xff);
+    /*
+     * Masked, the PIT still ticks in the host: KVM's in-kernel PIT is a
+     * periodic host timer (18.2 Hz as SeaBIOS left it) on whichever host
+     * core it was last armed or moved to, the BSP's own among them.  Stop
+     * it as Linux does when it leaves the PIT: one last one-shot count.
+     */
+    outb(PIT_MODE, PIT_CH0_ONESHOT);
+    outb(PIT_CH0, 0);
+    outb(PIT_CH0, 0);
     lapic_enable();
     bsp_apic_id = lapic_id();
 
