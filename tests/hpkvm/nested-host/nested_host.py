@@ -225,11 +225,17 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
 
         console = os.path.join(tmp, "console.log")
         output = os.path.join(tmp, "payload.log")
-        # tsc=reliable: TCG's -cpu max is an AMD CPU without constant_tsc,
-        # so with two CPUs or more Linux marks the TSC unstable ("TSCs
-        # unsynchronized"), runs on the HPET, and KVM adjusts its guests'
-        # TSCs on every vCPU move.  TCG reads the one host TSC for every
-        # vCPU, so it is in fact synchronized.
+        # tsc=reliable: TCG reads the one host TSC for every vCPU, so it
+        # is synchronized, which Linux need not test (an AMD CPU without
+        # constant_tsc fails it: "TSCs unsynchronized") nor watch: a TSC
+        # marked unstable puts Linux on the HPET and has KVM adjust its
+        # guests' TSCs on every vCPU move.
+        # +invtsc (patches/0017): that TSC runs at the host TSC's
+        # constant rate; without it Linux has no constant_tsc, and KVM
+        # keeps the rate it saw when it loaded (max_tsc_khz) as its
+        # guests' TSC rate, which with our whole kernel's built-in KVM is
+        # Linux's first estimate, before it is refined: its guests'
+        # TSC-deadline timers then fire late or never.
         cmdline = ["panic=-1", "quiet", f"nested_host.vfs={vfs}",
                    f"nested_host.vfio_vfs={vfio_vfs}",
                    f"nested_host.kvm={kvm}",
@@ -248,7 +254,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         else:
             cmdline[:0] = ["console=ttyS0", "tsc=reliable"]
             machine = "q35"
-            cpu = "max"
+            cpu = "max,+invtsc"
         firmware = []
         if iommu and arch == "aarch64":
             # Linux 6.1 booted from a device tree enables ACS on PCIe
