@@ -6,7 +6,10 @@ in one run, on this machine's KVM, in the nested test host and in the
 arm64 nested test host.  The nested hosts run our reference KVM (kvm/:
 its modules on Debian's x86 kernel, our whole arm64 kernel), and a
 second boot of each on Debian's own KVM runs -accel kvm once more: the
-stock reference column ("kvm-stock").
+stock reference column ("kvm-stock").  A third boot of the x86 one has
+kvm-amd's AVIC on (QEMU's TCG emulates AVIC and x2AVIC) and runs both
+accelerators again: the "kvm-avic" and "hpkvm-avic" columns, what the
+interrupt virtualization upstream KVM already uses takes off.
 
 For each workload of the test guest's bench mode (tests/hpkvm/guest/
 bench.c; on arm64 tests/hpkvm/guest-arm/bench.c) it reports latency
@@ -26,7 +29,7 @@ other than one exit) is an error.
 
   bench.py BUILD [--tiny] [--out DIR] [--reps N] [--samples N]
            [--hosts local,nested,nested-arm64] [--no-nested] [--no-local]
-           [--no-arm] [--no-tcg] [--no-reference]
+           [--no-arm] [--no-tcg] [--no-reference] [--no-avic]
 """
 
 import argparse
@@ -93,6 +96,13 @@ ARCHES = {
         "nested": {"kvm": "hpkvm", "vfs": 1, "vfio_vfs": 1},
         # The stock reference: the same host on Debian's KVM.
         "reference": {"kvm": "stock"},
+        # AVIC: the same host with kvm-amd's avic=1 (kvm-amd loads our
+        # module with it), and each accelerator's in-kernel PIT set not
+        # to reinject lost ticks, which would inhibit AVIC for the VM
+        # (Linux 6.1: APICV_INHIBIT_REASON_PIT_REINJ; QEMU's default is
+        # to reinject).
+        "avic": {"nested": {"kvm_amd": "avic=1"},
+                 "args": " -global kvm-pit.lost_tick_policy=discard"},
         "setup": VF_SETUP,
         "host": "nested",
         "exits_meaning": "VM exits the guest caused (all VM exits but "
@@ -181,8 +191,9 @@ HOSTS_SHORT = {
                     "counts real, timings not",
 }
 # The accelerators' columns, in order: kvm-stock is -accel kvm on the
-# nested hosts' stock KVM (the "reference" boot).
-COLUMNS = ("kvm", "hpkvm", "kvm-stock", "tcg")
+# nested hosts' stock KVM (the "reference" boot), kvm-avic and
+# hpkvm-avic the x86 nested host's boot with AVIC on ("avic").
+COLUMNS = ("kvm", "hpkvm", "kvm-avic", "hpkvm-avic", "kvm-stock", "tcg")
 # Which architecture each host's guests are.
 HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"]}
 # Workloads whose operation is an IPI from vCPU 0: their exits also
@@ -633,10 +644,10 @@ def print_table(host, table, accels, reps):
                   f"{name}: {split}")
 
 
-def granted(runs):
-    rs = runs.get("hpkvm")
+def granted(runs, accel="hpkvm"):
+    rs = runs.get(accel)
     if not rs:
-        return "hpkvm not run"
+        return f"{accel} not run"
     info = rs[0]["hpkvm"]
     feats = info.get("features", [])
     g = [f["feature"] for f in feats if f.get("granted")]
@@ -706,6 +717,9 @@ def main():
     ap.add_argument("--no-reference", action="store_true",
                     help="no second boot of the nested hosts on Debian's "
                          "KVM (the kvm-stock column)")
+    ap.add_argument("--no-avic", action="store_true",
+                    help="no boot of the x86 nested host with AVIC on "
+                         "(the kvm-avic and hpkvm-avic columns)")
     ap.add_argument("--arm-gic", type=int, choices=(3, 4), default=4,
                     help="the arm64 nested test host's GIC: 4 (default), "
                          "where KVM forwards the VF's MSI as a vLPI, or 3")
@@ -766,6 +780,16 @@ def main():
                                            **arch["reference"]))
             runs["kvm-stock"] = run_nested(build, ["kvm"], samples, 1500, 1,
                                            stock)["kvm"]
+        if "avic" in arch and not args.no_avic:
+            print(f"hpkvm bench: {label}, our KVM with AVIC: kvm and hpkvm "
+                  f"alternating", flush=True)
+            avic = dict(arch, nested=dict(arch["nested"],
+                                          **arch["avic"]["nested"]),
+                        accel={a: cmd + arch["avic"]["args"]
+                               for a, cmd in arch["accel"].items()})
+            for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
+                                        1500, 1, avic).items():
+                runs[f"{accel}-avic"] = rs
         raw["hosts"][host] = runs
         summary[host] = summarize(runs)
 
@@ -775,7 +799,10 @@ def main():
     for host, table in summary.items():
         accels = [a for a in COLUMNS if a in raw["hosts"][host]]
         print_table(host, table, accels, len(raw["hosts"][host]["kvm"]))
-        print(f"   what hpkvm had ({host}): {granted(raw['hosts'][host])}")
+        for a in ("hpkvm", "hpkvm-avic"):
+            if a in accels:
+                print(f"   what {a} had ({host}): "
+                      f"{granted(raw['hosts'][host], a)}")
         notes = sorted({f"{a}: {n}" for a, rs in raw["hosts"][host].items()
                         for r in rs for n in r["notes"]})
         for n in notes:
