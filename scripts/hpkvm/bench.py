@@ -92,8 +92,11 @@ ARCHES = {
                   "hpkvm": "-accel hpkvm,host-cpus=1-3,housekeeping-cpus=0 "
                            "-cpu host"},
         # An igb VF on vfio-pci behind the emulated VT-d, for vf-msi;
-        # our KVM's modules on Debian's kernel.
-        "nested": {"kvm": "hpkvm", "vfs": 1, "vfio_vfs": 1},
+        # our KVM's modules on Debian's kernel, booted with nohz_full on
+        # the cores hpkvm leases (so that it grants dynamic-nohz), as on
+        # arm64.
+        "nested": {"kvm": "hpkvm", "vfs": 1, "vfio_vfs": 1,
+                   "append": ("nohz_full=1-3",)},
         # The stock reference: the same host on Debian's KVM.
         "reference": {"kvm": "stock"},
         # AVIC: the same host with kvm-amd's avic=1 (kvm-amd loads our
