@@ -21,6 +21,7 @@
 #include "qemu/module.h"
 #include "qom/object_interfaces.h"
 #include "hw/boards.h"
+#include "hw/timer/i8254.h"
 #include "hw/xen/xen.h"
 #include "system/system.h"
 #include "cpu.h"
@@ -77,6 +78,16 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
     if (hpkvm_wants_own_cores(s)) {
         /* Tell the guest its vCPUs are dedicated. */
         hpkvm_cpu_set_default("kvm-hint-dedicated", "on");
+        /*
+         * A vCPU on its own core is never descheduled, so the in-kernel
+         * PIT's ticks are lost only where the guest itself keeps
+         * interrupts off, as on hardware: reinjecting them has nothing
+         * to make up for, and it inhibits AMD's AVIC for the whole VM
+         * (KVM's PIT_REINJ inhibit).  -global kvm-pit.lost_tick_policy=
+         * still wins.
+         */
+        object_register_sugar_prop(TYPE_KVM_I8254, "lost_tick_policy",
+                                   "discard", false);
     }
     /* What "on" features need of the guest's CPU, unless -cpu says no. */
     if (s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].requested == ON_OFF_AUTO_ON) {
