@@ -19,6 +19,14 @@ helper_alive() {
         [ "$(cut -d' ' -f3 /proc/$hpid/stat 2> /dev/null)" != Z ]
 }
 
+# Is our child $1 still there (not gone, not a zombie)?  Until it has
+# exec'd the helper its comm is the shell's, so helper_alive would call a
+# helper that is still starting dead.
+helper_child_running() {
+    state=$(cut -d' ' -f3 "/proc/$1/stat" 2> /dev/null)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Start the helper with options "$@"; back once it serves (it listens,
 # world-writable, only after its reconcile at start), within 60 s.
 helper_start() {
@@ -27,10 +35,11 @@ helper_start() {
     echo "--- qemu-hpkvm-helper${*:+ $*} ($(cut -d' ' -f1 /proc/uptime) s)" \
         >> $HELPER_LOG
     qemu-hpkvm-helper "$@" >> $HELPER_LOG 2>&1 < /dev/null &
-    echo $! > $HELPER_PID_FILE
+    child=$!
+    echo $child > $HELPER_PID_FILE
     i=0
     until [ -S $HELPER_SOCK ] && [ "$(stat -c %a $HELPER_SOCK)" = 666 ]; do
-        helper_alive || { echo "helper-exited: $(tail -n 3 $HELPER_LOG)"; return 1; }
+        helper_child_running $child || { echo "helper-exited: $(tail -n 3 $HELPER_LOG)"; return 1; }
         sleep 0.05; i=$((i + 1)); [ $i -gt 1200 ] && { echo "helper-no-socket: $HELPER_SOCK"; return 1; }
     done
     return 0
