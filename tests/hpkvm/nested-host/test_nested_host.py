@@ -301,7 +301,8 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
     is the same guest with AVIC inhibited by KVM itself (the in-kernel
     PIT's tick reinjection, QEMU's default): there the receiver exits for
     each IPI's EOI.  -accel hpkvm on cores of its own discards the PIT's
-    lost ticks by default, and keeps AVIC with no option given.  Guest exits are KVM's exits less its host-interrupt
+    lost ticks by default, and keeps AVIC with no option given.  Guest
+    exits are KVM's exits less its host-interrupt
     exits (the nested host's own ticks on that core); those of the AP's
     start-up are measured by the same guest sending no IPIs, and taken
     off."""
