@@ -21,7 +21,7 @@
  * 250 in 2026); ours is 'H' 'P' << 16, which that sequence never reaches.
  */
 #define KVM_CAP_HPKVM			0x48500000
-#define HPKVM_VERSION			1
+#define HPKVM_VERSION			2
 
 /*
  * hpkvm's ioctls use their own ioctl type, 'H': a KVM file descriptor
@@ -31,7 +31,7 @@
  */
 #define HPKVMIO				0x48
 
-/* Features, as bits of a __u64; HPKVM_FEATURE_NR of them in version 1. */
+/* Features, as bits of a __u64; HPKVM_FEATURE_NR of them since version 1. */
 #define HPKVM_FEAT_EXCLUSIVE_CORES	(1ULL << 0)
 #define HPKVM_FEAT_IRQ_PASSTHROUGH	(1ULL << 1)
 #define HPKVM_FEAT_TIMER_PASSTHROUGH	(1ULL << 2)
@@ -56,6 +56,13 @@ struct hpkvm_caps {
  * refused the rest.  If it cannot grant all of @required (a subset of
  * @requested) it grants nothing and fails with EPERM; @reason is filled
  * in either case.
+ *
+ * Since version 2, @apicv says which granted features rest on the CPU's
+ * APIC virtualization (AMD's AVIC, Intel's APICv) rather than on the
+ * kernel's own path: KVM suspends those for the whole VM while it
+ * inhibits APIC virtualization, which the guest can cause (e.g. by
+ * changing its APIC ID); the VM statistic apicv_inhibit_reasons says
+ * when and why.  A version 1 kernel leaves it zero.
  */
 struct hpkvm_enable {
 	__u64 requested;		/* in: HPKVM_FEAT_* */
@@ -66,7 +73,8 @@ struct hpkvm_enable {
 	__u64 granted;			/* out: HPKVM_FEAT_* */
 	__s32 reason[HPKVM_FEATURE_NR];	/* out: 0 or a negative errno */
 	__u32 pad;
-	__u64 reserved[4];		/* in/out: zero */
+	__u64 apicv;			/* in: zero; out: HPKVM_FEAT_* */
+	__u64 reserved[3];		/* in/out: zero */
 };
 
 #define HPKVM_ENABLE			_IOWR(HPKVMIO, 0x01, struct hpkvm_enable)
