@@ -29,6 +29,7 @@ typedef struct HpkvmFeatureState {
     bool granted;               /* by the kernel's hpkvm extension */
     HpkvmMechanism mechanism;
     char *reason;
+    bool apicv;                 /* the grant rests on APIC virtualization */
 } HpkvmFeatureState;
 
 struct HPKVMState {

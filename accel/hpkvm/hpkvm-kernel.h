@@ -2,8 +2,9 @@
  * hpkvm: the only interface to the kernel's hpkvm extension
  *
  * Every ioctl of the contract in linux-headers/linux/hpkvm.h goes through
- * these functions; nothing else in QEMU issues them.  Each returns 0 or a
- * negative errno, as kvm_ioctl() and friends do.
+ * these functions; nothing else in QEMU issues them, nor reads the VM
+ * statistic the contract names.  Each returns 0 or a negative errno, as
+ * kvm_ioctl() and friends do.
  *
  * Copyright (c) 2026 The hpkvm developers
  *
@@ -23,5 +24,12 @@ int hpkvm_kernel_disable(KVMState *s);
 int hpkvm_kernel_set_irte(KVMState *s, const struct hpkvm_irte *irte);
 /* From @cpu's own thread, before its first KVM_RUN. */
 int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu);
+/*
+ * The VM's APIC virtualization inhibits now, as a mask of Linux's enum
+ * kvm_apicv_inhibit: the VM statistic apicv_inhibit_reasons, which a
+ * kernel that grants features on APIC virtualization has (-ENOENT if
+ * the kernel does not).
+ */
+int hpkvm_kernel_apicv_inhibits(KVMState *s, uint64_t *mask);
 
 #endif

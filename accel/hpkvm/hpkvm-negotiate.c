@@ -48,6 +48,7 @@ static void negotiate_set_result(HPKVMState *s, int f, bool granted,
 
     st->granted = granted;
     st->mechanism = mechanism;
+    st->apicv = false;
     g_free(st->reason);
     va_start(ap, fmt);
     st->reason = g_strdup_vprintf(fmt, ap);
@@ -122,10 +123,14 @@ static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
 static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
                                      const HpkvmGuestFacts *g, char **owned)
 {
+    static const char needs_cores[] =
+        "needs exclusive-cores, on cores of its own: give host-cpus= (and "
+        "exclusive-cores auto or on)";
     bool needs_irqchip = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
                          f == HPKVM_FEATURE_TIMER_PASSTHROUGH ||
                          f == HPKVM_FEATURE_IPI_FASTPATH ||
                          f == HPKVM_FEATURE_VFIO_IRTE;
+    const char *unmet;
 
     *owned = NULL;
     if (needs_irqchip && !g->irqchip_in_kernel) {
@@ -135,16 +140,26 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
         return hpkvm_wants_own_cores(s) ? NULL :
                "needs cores of its own: give host-cpus=";
+    case HPKVM_FEATURE_IRQ_PASSTHROUGH:
+    case HPKVM_FEATURE_IPI_FASTPATH:
+        /*
+         * An interrupt or IPI reaches a vCPU without an exit only while
+         * it is in the guest: on a core of its own (contract 2, which
+         * refuses them without exclusive-cores).
+         */
+        unmet = hpkvm_arch_unmet_requirement(s, f, g, owned);
+        return unmet ?: hpkvm_wants_own_cores(s) ? NULL : needs_cores;
     case HPKVM_FEATURE_VFIO_IRTE:
         if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
             ON_OFF_AUTO_OFF) {
             return "needs irq-passthrough: set it to on or auto";
         }
-        return hpkvm_arch_unmet_requirement(s, f, g, owned);
+        /* Its IRTEs name a vCPU's core: irq-passthrough's own cores. */
+        unmet = hpkvm_arch_unmet_requirement(s, f, g, owned);
+        return unmet ?: hpkvm_wants_own_cores(s) ? NULL : needs_cores;
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
         return hpkvm_wants_own_cores(s) ? negotiate_nohz_cores(s, owned) :
-               "needs exclusive-cores, on cores of its own: give "
-               "host-cpus= (and exclusive-cores auto or on)";
+               needs_cores;
     default:
         return hpkvm_arch_unmet_requirement(s, f, g, owned);
     }
@@ -159,9 +174,12 @@ static const char *negotiate_kernel_refusal(int f, int err)
          * What dynamic nohz lacks is a boot parameter: Linux fixes its
          * nohz_full cores at boot, and the fix is there, not in hardware.
          */
-        return f == HPKVM_FEATURE_DYNAMIC_NOHZ ?
-               "the host was booted without nohz_full=" :
-               "the hardware lacks what it needs";
+        if (f == HPKVM_FEATURE_DYNAMIC_NOHZ) {
+            return "the host was booted without nohz_full=";
+        }
+        /* Interrupt features stand on APIC virtualization, a KVM option. */
+        return "the hardware lacks what it needs, or the host's KVM does "
+               "not use it";
     case -EOPNOTSUPP:
         return "this kernel does not implement it";
     case -EBUSY:
@@ -367,7 +385,13 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
         if (!(want & negotiate_feat_bit(f))) {
             continue;
         }
-        if (ret == 0 && (req.granted & negotiate_feat_bit(f))) {
+        if (ret == 0 && (req.apicv & req.granted & negotiate_feat_bit(f))) {
+            negotiate_set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
+                                 "granted by the kernel, on the CPU's APIC "
+                                 "virtualization: suspended while KVM "
+                                 "inhibits it (apicv-inhibits)");
+            s->feat[f].apicv = true;
+        } else if (ret == 0 && (req.granted & negotiate_feat_bit(f))) {
             negotiate_set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
                                  "granted by the kernel");
         } else {
@@ -410,6 +434,36 @@ upstream:
     return true;
 }
 
+/*
+ * What suspends the grants that rest on APIC virtualization, now: the
+ * kernel's mask, bit i being enum kvm_apicv_inhibit's i-th reason, which
+ * HpkvmApicvInhibit lists in order up to its "other".
+ */
+static void negotiate_report_apicv(HPKVMState *s, HpkvmInfo *info)
+{
+    HpkvmApicvInhibitList **tail = &info->apicv_inhibits;
+    bool on_apicv = false;
+    uint64_t mask;
+    int f, i;
+
+    for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+        on_apicv |= s->feat[f].apicv;
+    }
+    /* Without the statistic the kernel cannot tell: absent, not "none". */
+    if (!on_apicv || hpkvm_kernel_apicv_inhibits(KVM_STATE(s), &mask) < 0) {
+        return;
+    }
+    info->has_apicv_inhibits = true;
+    for (i = 0; i < HPKVM_APICV_INHIBIT_OTHER; i++) {
+        if (mask & (1ULL << i)) {
+            QAPI_LIST_APPEND(tail, i);
+        }
+    }
+    if (mask >> HPKVM_APICV_INHIBIT_OTHER) {
+        QAPI_LIST_APPEND(tail, HPKVM_APICV_INHIBIT_OTHER);
+    }
+}
+
 HpkvmInfo *hpkvm_report(HPKVMState *s)
 {
     HpkvmInfo *info = g_new0(HpkvmInfo, 1);
@@ -432,6 +486,7 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
         fi->granted = s->feat[f].granted;
         fi->mechanism = s->feat[f].mechanism;
         fi->reason = g_strdup(s->feat[f].reason ?: "");
+        fi->apicv = s->feat[f].apicv;
         QAPI_LIST_APPEND(tail, fi);
     }
     info->has_disabled_exits = true;
@@ -451,5 +506,6 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
     hpkvm_placement_report(s, info);
     info->has_incoming_lost = s->incoming_lost != NULL;
     info->incoming_lost = QAPI_CLONE(HpkvmLostPromiseList, s->incoming_lost);
+    negotiate_report_apicv(s, info);
     return info;
 }

@@ -139,6 +139,7 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
     HpkvmFeatureInfoList *f;
     HpkvmExitList *e;
     HpkvmLostPromiseList *lost;
+    HpkvmApicvInhibitList *inhibit;
 
     if (!info->enabled) {
         monitor_printf(mon, "hpkvm: not in use%s\n",
@@ -161,6 +162,15 @@ void hmp_info_hpkvm(Monitor *mon, const QDict *qdict)
                        f->value->granted ? "yes" : "no",
                        HpkvmMechanism_str(f->value->mechanism),
                        f->value->reason);
+    }
+    if (info->has_apicv_inhibits) {
+        monitor_printf(mon, "APIC virtualization inhibited by:");
+        for (inhibit = info->apicv_inhibits; inhibit;
+             inhibit = inhibit->next) {
+            monitor_printf(mon, " %s", HpkvmApicvInhibit_str(inhibit->value));
+        }
+        monitor_printf(mon, "%s\n", info->apicv_inhibits ? "" :
+                       " nothing (in use)");
     }
     monitor_printf(mon, "disabled exits:");
     for (e = info->disabled_exits; e; e = e->next) {

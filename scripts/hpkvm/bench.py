@@ -662,7 +662,9 @@ def granted(runs, accel="hpkvm"):
         return f"{accel} not run"
     info = rs[0]["hpkvm"]
     feats = info.get("features", [])
-    g = [f["feature"] for f in feats if f.get("granted")]
+    g = [f["feature"] + (" (on APIC virtualization)" if f.get("apicv")
+                         else "")
+         for f in feats if f.get("granted")]
     up = [f["feature"] for f in feats
           if not f.get("granted") and f.get("mechanism") == "upstream"]
     exits = ",".join(info.get("disabled-exits", [])) or "none"
@@ -670,7 +672,10 @@ def granted(runs, accel="hpkvm"):
             f"granted by the kernel: {', '.join(g) or 'nothing'}; upstream "
             f"fallbacks: {', '.join(up) or 'none'}; exits disabled: "
             f"{exits}; realtime hint: {info.get('realtime-hint')}; "
-            f"host-cpus: {info.get('host-cpus', 'none')}")
+            f"host-cpus: {info.get('host-cpus', 'none')}" +
+            (f"; APIC virtualization inhibited by: "
+             f"{', '.join(info['apicv-inhibits']) or 'nothing'}"
+             if "apicv-inhibits" in info else ""))
 
 
 def chart(summary, path):

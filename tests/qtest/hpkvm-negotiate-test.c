@@ -207,8 +207,9 @@ static void test_unpatched_kernel_report(void)
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         g_assert(!qdict_get_bool(feature(info, features[i]), "granted"));
     }
+    /* Interrupts without exits need a core of the guest's own. */
     assert_feature(info, "irq-passthrough", false, "none",
-                   "KVM_CAP_HPKVM is 0");
+                   "needs exclusive-cores, on cores of its own");
     /* Without invtsc=on the guest cannot have timer passthrough. */
     assert_feature(info, "timer-passthrough", false, "none",
                    "add invtsc=on to -cpu");
@@ -274,12 +275,12 @@ static void test_on_without_patched_kernel_fails(void)
         return;
     }
     use_fake_kernel(NULL, NULL);
-    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on " CPU, &err),
-                    ==, 1);
-    g_assert(strstr(err, "irq-passthrough=on, but the kernel has no hpkvm "
+    g_assert_cmpint(run_qemu("-accel hpkvm,timer-passthrough=on " CPU
+                             ",invtsc=on", &err), ==, 1);
+    g_assert(strstr(err, "timer-passthrough=on, but the kernel has no hpkvm "
                     "extension (KVM_CAP_HPKVM is 0)\n"));
     g_assert(strstr(err, "Run a kernel with hpkvm, or use "
-                    "irq-passthrough=auto to fall back.\n"));
+                    "timer-passthrough=auto to fall back.\n"));
 }
 
 /* Where HLT still exits, hpkvm sets halt polling for dedicated cores. */
@@ -352,6 +353,7 @@ static void test_bad_values(void)
 static void test_impossible_combinations(void)
 {
     g_autofree char *e1 = NULL, *e2 = NULL, *e3 = NULL, *e4 = NULL;
+    g_autofree char *e5 = NULL;
 
     if (skip_without_kvm()) {
         return;
@@ -373,6 +375,10 @@ static void test_impossible_combinations(void)
                     ==, 1);
     g_assert(strstr(e4, "exclusive-cores=on needs cores of its own: give "
                     "host-cpus="));
+    g_assert_cmpint(run_qemu("-accel hpkvm,irq-passthrough=on " CPU, &e5),
+                    ==, 1);
+    g_assert(strstr(e5, "irq-passthrough=on needs exclusive-cores, on cores "
+                    "of its own: give host-cpus="));
 }
 
 static void test_fake_grants_all(void)
@@ -381,6 +387,7 @@ static void test_fake_grants_all(void)
                                            g_get_tmp_dir(), getpid());
     g_autoptr(QDict) info = NULL;
     g_autofree char *text = NULL, *enable = NULL;
+    g_autoptr(QDict) apicv = NULL;
     unsigned want = grantable();
     size_t i;
 
@@ -391,7 +398,7 @@ static void test_fake_grants_all(void)
     info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
     use_fake_kernel(NULL, NULL);
     text = read_log(log);
-    g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 1);
+    g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 2);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         if (want & (1u << i)) {
             assert_feature(info, features[i], true, "patched-kernel",
@@ -405,6 +412,26 @@ static void test_fake_grants_all(void)
                              "nr_vcpus=2 granted=0x%x", want, want);
     g_assert(strstr(text, enable));
     g_assert(!strstr(text, "HPKVM_DISABLE"));
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        g_assert(!qdict_get_bool(feature(info, features[i]), "apicv"));
+    }
+
+    /* A kernel granting interrupts on APIC virtualization says so. */
+    use_fake_kernel("supported=0x3f,apicv=0xa", log);
+    apicv = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
+    use_fake_kernel(NULL, NULL);
+    for (i = 0; i < ARRAY_SIZE(features); i++) {
+        bool on_apicv = !strcmp(features[i], "irq-passthrough") ||
+                        !strcmp(features[i], "ipi-fastpath");
+
+        g_assert_cmpint(qdict_get_bool(feature(apicv, features[i]), "apicv"),
+                        ==, on_apicv);
+        if (on_apicv) {
+            assert_feature(apicv, features[i], true, "patched-kernel",
+                           "granted by the kernel, on the CPU's APIC "
+                           "virtualization");
+        }
+    }
     unlink(log);
 }
 

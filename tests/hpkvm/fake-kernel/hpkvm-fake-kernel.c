@@ -12,6 +12,8 @@
  * $HPKVM_FAKE_KERNEL, "key=value" pairs separated by commas:
  *   supported=MASK   HPKVM_FEAT_* it claims (default 0x3f, all)
  *   grant=MASK       HPKVM_FEAT_* it grants when asked (default: supported)
+ *   apicv=MASK       of those granted, the ones it says rest on APIC
+ *                    virtualization (hpkvm_enable.apicv; default 0)
  *   refuse=ERRNO     reason for the features it does not grant (default 95,
  *                    EOPNOTSUPP)
  *   enable=ERRNO     make HPKVM_ENABLE fail with ERRNO after granting
@@ -25,15 +27,16 @@
  *                    (a broken kernel: the contract says it must succeed)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
- * It refuses what the reference kernel (kvm/patches/0003, 0004) refuses,
+ * It refuses what the reference kernel (kvm/patches/0003, 0004, 0007) refuses,
  * checking in the same order, per VM:
- *   HPKVM_ENABLE: EINVAL for non-zero flags, pad or reserved fields,
- *     feature bits version 1 does not have, required not a subset of
+ *   HPKVM_ENABLE: EINVAL for non-zero flags, pad, apicv or reserved
+ *     fields, feature bits version 2 does not have, required not a subset of
  *     requested, nr_vcpus 0 or above KVM_CAP_MAX_VCPUS; then EBUSY after
  *     the VM's first vCPU or a second time (even after HPKVM_DISABLE).
  *     Per feature: -ENOENT if not requested, -EINVAL for vfio-irte
- *     requested without irq-passthrough and dynamic-nohz without
- *     exclusive-cores, then the script.  If a required feature is not
+ *     requested without irq-passthrough, and dynamic-nohz,
+ *     irq-passthrough and ipi-fastpath without exclusive-cores, then
+ *     the script.  If a required feature is not
  *     granted, EPERM: nothing is granted and every feature that would
  *     have been reports -EPERM.
  *   HPKVM_DISABLE: EINVAL for a non-zero argument, EBUSY after the VM's
@@ -102,6 +105,7 @@ static int (*real_ioctl)(int, unsigned long, ...);
 static struct {
     uint64_t supported;
     uint64_t grant;
+    uint64_t apicv;
     int refuse;
     int enable_errno;
     int disable_exits;          /* -1: the real KVM's answer */
@@ -159,6 +163,8 @@ static void __attribute__((constructor)) fake_init(void)
         *val++ = '\0';
         if (!strcmp(tok, "supported")) {
             fk.supported = g_ascii_strtoull(val, NULL, 0);
+        } else if (!strcmp(tok, "apicv")) {
+            fk.apicv = g_ascii_strtoull(val, NULL, 0);
         } else if (!strcmp(tok, "grant")) {
             fk.grant = g_ascii_strtoull(val, NULL, 0);
             grant_set = true;
@@ -229,13 +235,16 @@ static const char *fake_enable_invalid(int fd, const struct hpkvm_enable *req)
     if (req->flags || req->pad) {
         return "with non-zero flags or pad";
     }
+    if (req->apicv) {
+        return "with a non-zero apicv";
+    }
     for (i = 0; i < ARRAY_SIZE(req->reserved); i++) {
         if (req->reserved[i]) {
             return "with a non-zero reserved field";
         }
     }
     if (req->requested & ~ALL_FEATURES) {
-        return "with a feature version 1 does not have";
+        return "with a feature version 2 does not have";
     }
     if (req->required & ~req->requested) {
         return "with required not a subset of requested";
@@ -261,7 +270,9 @@ static int fake_reason(const struct hpkvm_enable *req, int f)
     /* What a feature builds on must be asked for with it. */
     if ((bit == HPKVM_FEAT_VFIO_IRTE &&
          !(req->requested & HPKVM_FEAT_IRQ_PASSTHROUGH)) ||
-        (bit == HPKVM_FEAT_DYNAMIC_NOHZ &&
+        ((bit == HPKVM_FEAT_DYNAMIC_NOHZ ||
+          bit == HPKVM_FEAT_IRQ_PASSTHROUGH ||
+          bit == HPKVM_FEAT_IPI_FASTPATH) &&
          !(req->requested & HPKVM_FEAT_EXCLUSIVE_CORES))) {
         return -EINVAL;
     }
@@ -301,12 +312,14 @@ static int fake_enable(FakeVm *vm, struct hpkvm_enable *req)
             }
         }
         req->granted = 0;
+        req->apicv = 0;
         fake_log("HPKVM_ENABLE requested=0x%" PRIx64 " required=0x%" PRIx64
                  " -> EPERM", requested, required);
         errno = EPERM;
         return -1;
     }
     req->granted = grant;
+    req->apicv = grant & fk.apicv;
     vm->granted = grant;
     if (fk.enable_errno) {
         /* Half applied: the state stays until HPKVM_DISABLE. */

@@ -21,17 +21,30 @@ import sys
 import tempfile
 
 
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def reference_spec():
     """The reference kernel's announcement on this machine: exclusive
-    cores (kvm/patches/0004), and dynamic nohz (0005) if it was booted
-    with nohz_full= (6.1 reads "(null)" there otherwise; a kernel without
-    CONFIG_NO_HZ_FULL has no file)."""
-    try:
-        with open("/sys/devices/system/cpu/nohz_full") as f:
-            nohz = f.read().strip()[:1].isdigit()
-    except OSError:
-        nohz = False
-    return "supported=0x21" if nohz else "supported=0x1"
+    cores (kvm/patches/0004), dynamic nohz (0005) if it was booted with
+    nohz_full= (6.1 reads "(null)" there otherwise; a kernel without
+    CONFIG_NO_HZ_FULL has no file), and irq-passthrough and ipi-fastpath
+    on APIC virtualization (0008) where kvm-amd uses x2AVIC."""
+    supported, apicv = 0x1, 0
+    if read("/sys/devices/system/cpu/nohz_full").strip()[:1].isdigit():
+        supported |= 0x20
+    flags = [ln for ln in read("/proc/cpuinfo").splitlines()
+             if ln.startswith("flags")][:1]
+    if (read("/sys/module/kvm_amd/parameters/avic").strip() in ("Y", "1")
+            and flags and " x2avic" in flags[0]):
+        supported |= 0xa
+        apicv = 0xa
+    return f"supported={supported:#x},apicv={apicv:#x}"
 
 
 # What the double models (its header comment says what it refuses).
@@ -41,6 +54,7 @@ CASES = [
     "/hpkvm-contract/enable/grants-exclusive-cores",
     "/hpkvm-contract/enable/not-requested",
     "/hpkvm-contract/enable/required-refused",
+    "/hpkvm-contract/enable/apicv",
     "/hpkvm-contract/enable/dependencies",
     "/hpkvm-contract/enable/invalid",
     "/hpkvm-contract/enable/once",

@@ -51,6 +51,9 @@
 #include "linux/hpkvm.h"
 
 #define CONTRACT_FEAT_ALL       ((1ULL << HPKVM_FEATURE_NR) - 1)
+/* Granted by the architecture (kvm/patches/0007), with exclusive cores. */
+#define CONTRACT_FEAT_ARCH      (HPKVM_FEAT_IRQ_PASSTHROUGH | \
+                                 HPKVM_FEAT_IPI_FASTPATH)
 
 /*
  * The kernel's answer for @feat, an HPKVM_FEAT_* bit: a macro, so that a
@@ -425,12 +428,47 @@ static void test_caps_dynamic_nohz(void)
     close(kvm_fd);
 }
 
+/* HPKVM_GET_CAPS's supported, which the kernel must answer. */
+static uint64_t contract_supported(void)
+{
+    int kvm_fd = contract_open_kvm();
+    struct hpkvm_caps caps;
+
+    g_assert_cmpint(contract_result(ioctl(kvm_fd, HPKVM_GET_CAPS, &caps)),
+                    ==, 0);
+    close(kvm_fd);
+    return caps.supported;
+}
+
+/*
+ * The answer for @feat, one of CONTRACT_FEAT_ARCH, asked for with
+ * exclusive cores: granted where the kernel said it supports it, else
+ * refused for the machine (ENODEV: on x86, no x2AVIC in use) or the
+ * architecture (EOPNOTSUPP); a grant on APIC virtualization is a grant.
+ */
+static void contract_assert_arch_answer(const struct hpkvm_enable *req,
+                                        uint64_t supported, uint64_t feat)
+{
+    int reason = req->reason[__builtin_ctzll(feat)];
+
+    g_assert_cmphex(req->apicv & ~req->granted, ==, 0);
+    if (supported & feat) {
+        g_assert_cmpint(reason, ==, 0);
+        g_assert_cmphex(req->granted & feat, ==, feat);
+        return;
+    }
+    g_assert_true(reason == -ENODEV || reason == -EOPNOTSUPP);
+    g_assert_cmphex(req->granted & feat, ==, 0);
+}
+
 /*
  * Everything asked for, nothing required: the kernel grants what it can,
  * exclusive cores, and says per feature why not the rest.  kvm/patches
- * implement exclusive cores and dynamic nohz (which depends on the host:
- * see test_enable_dynamic_nohz()); the others are EOPNOTSUPP (and this
- * test changes with the patch that implements one).
+ * implement exclusive cores, dynamic nohz (which depends on the host:
+ * see test_enable_dynamic_nohz()) and, where the architecture can,
+ * interrupt passthrough and the IPI fast path (test_enable_apicv());
+ * the others are EOPNOTSUPP (and this test changes with the patch that
+ * implements one).
  */
 static void test_enable_grants_exclusive(void)
 {
@@ -438,18 +476,18 @@ static void test_enable_grants_exclusive(void)
         .requested = CONTRACT_FEAT_ALL,
         .nr_vcpus = 1,
     };
+    uint64_t supported = contract_supported();
     ContractVm vm;
 
     contract_vm_new(&vm);
     g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
-    g_assert_cmphex(req.granted & ~HPKVM_FEAT_DYNAMIC_NOHZ, ==,
+    g_assert_cmphex(req.granted & ~(HPKVM_FEAT_DYNAMIC_NOHZ |
+                                    CONTRACT_FEAT_ARCH), ==,
                     HPKVM_FEAT_EXCLUSIVE_CORES);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
-    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
-                    -EOPNOTSUPP);
+    contract_assert_arch_answer(&req, supported, HPKVM_FEAT_IRQ_PASSTHROUGH);
+    contract_assert_arch_answer(&req, supported, HPKVM_FEAT_IPI_FASTPATH);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
-                    -EOPNOTSUPP);
-    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IPI_FASTPATH), ==,
                     -EOPNOTSUPP);
     /* Asked for with what they build on: not EINVAL, just not there. */
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_VFIO_IRTE), ==,
@@ -539,8 +577,10 @@ static void test_enable_not_requested(void)
 static void test_enable_required_refused(void)
 {
     struct hpkvm_enable req = {
-        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_IRQ_PASSTHROUGH,
-        .required = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_IRQ_PASSTHROUGH,
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES |
+                     HPKVM_FEAT_TIMER_PASSTHROUGH,
+        .required = HPKVM_FEAT_EXCLUSIVE_CORES |
+                    HPKVM_FEAT_TIMER_PASSTHROUGH,
         .nr_vcpus = 1,
     };
     ContractVcpu vcpu;
@@ -555,7 +595,7 @@ static void test_enable_required_refused(void)
     contract_vm_new(&vm);
     g_assert_cmpint(contract_enable(&vm, &req), ==, -EPERM);
     g_assert_cmphex(req.granted, ==, 0);
-    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
                     -EOPNOTSUPP);
     /* Grantable, but dropped with the rest: no reason reads "granted". */
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
@@ -583,6 +623,11 @@ static void test_enable_dependencies(void)
         .requested = HPKVM_FEAT_DYNAMIC_NOHZ,
         .nr_vcpus = 1,
     };
+    /* Interrupts without exits need the vCPU in the guest: its own core. */
+    struct hpkvm_enable arch = {
+        .requested = CONTRACT_FEAT_ARCH,
+        .nr_vcpus = 1,
+    };
     ContractVm vm;
 
     /* One VM each: HPKVM_ENABLE is once per VM. */
@@ -598,6 +643,51 @@ static void test_enable_dependencies(void)
     g_assert_cmphex(nohz.granted, ==, 0);
     g_assert_cmpint(CONTRACT_REASON(&nohz, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
                     -EINVAL);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &arch), ==, 0);
+    g_assert_cmphex(arch.granted, ==, 0);
+    g_assert_cmphex(arch.apicv, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&arch, HPKVM_FEAT_IRQ_PASSTHROUGH), ==,
+                    -EINVAL);
+    g_assert_cmpint(CONTRACT_REASON(&arch, HPKVM_FEAT_IPI_FASTPATH), ==,
+                    -EINVAL);
+    contract_vm_free(&vm);
+}
+
+/*
+ * Interrupt passthrough and the IPI fast path, required with exclusive
+ * cores: granted exactly where HPKVM_GET_CAPS says (contract 2 marks in
+ * apicv those resting on APIC virtualization, printed for the nested
+ * host's test to check), else EPERM with nothing granted nor marked.
+ */
+static void test_enable_apicv(void)
+{
+    uint64_t supported = contract_supported();
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | CONTRACT_FEAT_ARCH,
+        .required = HPKVM_FEAT_EXCLUSIVE_CORES | CONTRACT_FEAT_ARCH,
+        .nr_vcpus = 1,
+    };
+    ContractVm vm;
+    int ret;
+
+    contract_vm_new(&vm);
+    ret = contract_enable(&vm, &req);
+    g_test_message("arch-features supported=0x%llx granted=0x%llx "
+                   "apicv=0x%llx", (unsigned long long)supported,
+                   (unsigned long long)req.granted,
+                   (unsigned long long)req.apicv);
+    if ((supported & CONTRACT_FEAT_ARCH) == CONTRACT_FEAT_ARCH) {
+        g_assert_cmpint(ret, ==, 0);
+        g_assert_cmphex(req.granted, ==, req.requested);
+        g_assert_cmphex(req.apicv & ~CONTRACT_FEAT_ARCH, ==, 0);
+    } else {
+        g_assert_cmpint(ret, ==, -EPERM);
+        g_assert_cmphex(req.granted, ==, 0);
+        g_assert_cmphex(req.apicv, ==, 0);
+    }
     contract_vm_free(&vm);
 }
 
@@ -628,12 +718,17 @@ static void test_enable_invalid(void)
         g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
     }
 
+    /* apicv is the kernel's answer: zero on the way in. */
+    req = contract_exclusive_req(1);
+    req.apicv = HPKVM_FEAT_IRQ_PASSTHROUGH;
+    g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
+
     /* Required must be a subset of requested. */
     req = contract_exclusive_req(1);
     req.required = HPKVM_FEAT_IRQ_PASSTHROUGH;
     g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
 
-    /* A feature version 1 does not have. */
+    /* A feature version 2 does not have. */
     req = contract_exclusive_req(1);
     req.requested |= 1ULL << HPKVM_FEATURE_NR;
     g_assert_cmpint(contract_enable(&vm, &req), ==, -EINVAL);
@@ -1103,6 +1198,7 @@ int main(int argc, char **argv)
                     test_enable_required_refused);
     g_test_add_func("/hpkvm-contract/enable/dynamic-nohz",
                     test_enable_dynamic_nohz);
+    g_test_add_func("/hpkvm-contract/enable/apicv", test_enable_apicv);
     g_test_add_func("/hpkvm-contract/enable/dependencies",
                     test_enable_dependencies);
     g_test_add_func("/hpkvm-contract/enable/invalid", test_enable_invalid);

@@ -301,7 +301,11 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
     is the same guest with AVIC inhibited by KVM itself (the in-kernel
     PIT's tick reinjection, QEMU's default): there the receiver exits for
     each IPI's EOI.  -accel hpkvm on cores of its own discards the PIT's
-    lost ticks by default, and keeps AVIC with no option given.  Guest
+    lost ticks by default, and keeps AVIC with no option given: our KVM
+    grants it irq-passthrough and ipi-fastpath on x2AVIC (contract 2,
+    "apicv"), and query-hpkvm says nothing inhibits AVIC.  With the
+    PIT's reinjection asked for, the same grants are suspended, and
+    query-hpkvm says why (pit-reinject) while the exits come back.  Guest
     exits are KVM's exits less its host-interrupt
     exits (the nested host's own ticks on that core); those of the AP's
     start-up are measured by the same guest sending no IPIs, and taken
@@ -316,6 +320,8 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
         ("x2avic", x2avic), ("x2avic-start-up", x2avic, 0),
         ("avic", avic), ("avic-start-up", avic, 0),
         ("hpkvm", hpkvm), ("hpkvm-start-up", hpkvm, 0),
+        ("hpkvm-reinject",
+         hpkvm + " -global kvm-pit.lost_tick_policy=delay"),
         ("inhibited", "-accel kvm -cpu host -overcommit cpu-pm=on")],
         script="""
 echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
@@ -323,10 +329,12 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
 """, kvm_amd="avic=1", cpus=4)
     guest_exits = {label: s["exits"] - s["irq_exits"]
                    for label, s in ap_stats.items()}
+    start_up_of = {"inhibited": "x2avic", "hpkvm-reinject": "hpkvm"}
     per_ipi = {label: (guest_exits[label] -
-                       guest_exits[label.replace("inhibited", "x2avic") +
+                       guest_exits[start_up_of.get(label, label) +
                                    "-start-up"]) / HALTS
-               for label in ("x2avic", "avic", "hpkvm", "inhibited")}
+               for label in ("x2avic", "avic", "hpkvm", "hpkvm-reinject",
+                             "inhibited")}
     print(f"# guest exits of the AP: {guest_exits}; per IPI it received, "
           f"start-up taken off: {per_ipi}")
     assert per_ipi["inhibited"] >= 0.5, ap_stats
@@ -336,13 +344,24 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
     assert per_ipi["hpkvm"] <= 0.1, \
         ("hpkvm's default lost_tick_policy=discard should keep AVIC",
          ap_stats)
+    # The grants, on APIC virtualization, and whether it is in use.
+    for label in ("hpkvm", "hpkvm-reinject"):
+        for name in ("irq-passthrough", "ipi-fastpath"):
+            f = feature(hp[label], name)
+            assert f["granted"] and f["apicv"], (label, f)
+            assert f["mechanism"] == "patched-kernel", (label, f)
+    assert hp["hpkvm"]["apicv-inhibits"] == [], hp["hpkvm"]
+    assert hp["hpkvm-reinject"]["apicv-inhibits"] == ["pit-reinject"], \
+        hp["hpkvm-reinject"]
+    assert per_ipi["hpkvm-reinject"] >= 0.5, ap_stats
     # Our KVM says why, or that nothing inhibits AVIC.
     inhibits = {label: s["vm"]["apicv_inhibit_reasons"]
                 for label, s in ap_stats.items()}
     print(f"# apicv_inhibit_reasons: {inhibits}")
     for label in ("x2avic", "avic", "hpkvm"):
         assert inhibits[label] == 0, inhibits
-    assert inhibits["inhibited"] == APICV_INHIBIT_PIT_REINJ, inhibits
+    for label in ("inhibited", "hpkvm-reinject"):
+        assert inhibits[label] == APICV_INHIBIT_PIT_REINJ, inhibits
 
 
 @test
@@ -395,10 +414,11 @@ def feature(info, name):
 def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     """kvm/'s KVM (loaded instead of Debian's, so the kernel is tainted
     with an out-of-tree module): exclusive-cores=on granted by the kernel
-    under contract 1, each vCPU thread bound to its leased core and no
+    under contract 2, each vCPU thread bound to its leased core and no
     longer movable; what that KVM does not implement is refused with the
-    reason and falls back, as is dynamic-nohz on this nested host booted
-    without nohz_full=; the guest passes.  With kvm.enable_hpkvm=0 the
+    reason and falls back, as are dynamic-nohz on this nested host booted
+    without nohz_full= and the interrupt features on its kvm-amd without
+    AVIC (avic=0, the default); the guest passes.  With kvm.enable_hpkvm=0 the
     same KVM answers as a stock one and QEMU falls back."""
     res = nested(PAYLOAD_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
@@ -423,14 +443,18 @@ wait_qemu
     assert int(lines_with(res.output, "tainted: ")[0]) & (1 << 12), \
         res.output
     hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
-    assert hp["kernel-version"] == 1, hp
+    assert hp["kernel-version"] == 2, hp
     cores = feature(hp, "exclusive-cores")
     assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
         cores
-    for name in ("irq-passthrough", "ipi-fastpath", "vfio-irte"):
+    for name in ("irq-passthrough", "ipi-fastpath"):
         f = feature(hp, name)
-        assert not f["granted"], f
-        assert "does not implement" in f["reason"], f
+        assert not f["granted"] and not f["apicv"], f
+        assert "the host's KVM does not use it" in f["reason"], f
+    assert "apicv-inhibits" not in hp, hp
+    irte = feature(hp, "vfio-irte")
+    assert not irte["granted"], irte
+    assert "does not implement" in irte["reason"], irte
     nohz = feature(hp, "dynamic-nohz")
     assert not nohz["granted"], nohz
     assert "booted without nohz_full=" in nohz["reason"], nohz
@@ -459,7 +483,7 @@ def our_whole_kernel_runs_stock_guests_and_grants_exclusive_cores():
     built whole from kvm/kernel.config, booted instead of Debian's (no
     module loaded, nothing tainted).  A plain -accel kvm guest passes as
     on stock KVM, and -accel hpkvm gets exclusive-cores from the built-in
-    KVM under contract 1: the base the core-kernel features build on."""
+    KVM under contract 2: the base the core-kernel features build on."""
     res = nested(PAYLOAD_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 echo "uname: $(uname -r)"
@@ -487,7 +511,7 @@ dmesg | grep -i 'tsc:\|clocksource:\|lockup\|stall\|WARNING:\|BUG:' |
     for serial in lines_with(res.output, "serial: "):
         assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
     hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
-    assert hp["kernel-version"] == 1, hp
+    assert hp["kernel-version"] == 2, hp
     cores = feature(hp, "exclusive-cores")
     assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
         cores
@@ -702,16 +726,37 @@ next_vm %(accel)s
 def our_kvm_enforces_the_contract():
     """tests/hpkvm/kernel/hpkvm-contract-test against kvm/'s KVM: every
     ordering rule and refusal of docs/devel/hpkvm-kernel-contract.rst
-    that this KVM implements, one case each."""
-    res = nested("hpkvm-contract-test --tap 2>&1\n"
-                 "echo \"contract-status: $?\"\n", cpus=4)
+    that this KVM implements, one case each; then again with kvm-amd
+    reloaded with avic=1 (x2AVIC, as our TCG's SVM has it), where the
+    kernel grants irq-passthrough and ipi-fastpath, on APIC
+    virtualization, which it refuses (ENODEV) without."""
+    res = nested(r"""
+hpkvm-contract-test --tap 2>&1
+echo "contract-status: $?"
+rmmod kvm_amd && insmod /hpkvm/kvm/kvm-amd.ko avic=1 || exit 1
+echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
+hpkvm-contract-test --tap > /tmp/contract.log 2>&1
+echo "avic-contract-status: $?"
+sed 's/^/avic-contract: /' /tmp/contract.log
+""", cpus=4)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
-    oks = [line for line in res.output.splitlines()
-           if re.match(r"ok \d+ ", line)]
-    assert not re.search(r"^not ok ", res.output, re.M), res.output
-    assert len(oks) >= 15, res.output
-    assert lines_with(res.output, "contract-status: ") == ["0"], res.output
+    assert not re.search(r"^(avic-contract: )?not ok ", res.output, re.M), \
+        res.output
+    for prefix in ("", "avic-"):
+        oks = [line for line in res.output.splitlines()
+               if re.match(prefix + r"(contract: )?ok \d+ ", line)]
+        assert len(oks) >= 16, (prefix, res.output)
+        assert lines_with(res.output, prefix + "contract-status: ") == \
+            ["0"], res.output
+    assert lines_with(res.output, "avic: ") == ["Y"], res.output
+    # The apicv case's own report: refused without AVIC, then granted
+    # on it (0xa: irq-passthrough and ipi-fastpath; 0x1 exclusive-cores).
+    arch = [line for line in res.output.splitlines()
+            if "# arch-features " in line]
+    assert len(arch) == 2, arch
+    assert arch[0].endswith("supported=0x1 granted=0x0 apicv=0x0"), arch
+    assert arch[1].endswith("supported=0xb granted=0xb apicv=0xa"), arch
 
 
 # The LOC counts of cores 0-3 over NOHZ_WINDOWS windows of NOHZ_SECONDS
@@ -987,7 +1032,8 @@ done
 @test
 def vfio_irte_follows_the_guest_msix():
     # The patched kernel is the test double here (LD_PRELOAD): this checks
-    # QEMU's side, on a real VF with real VFIO and KVM routes.
+    # QEMU's side, on a real VF with real VFIO and KVM routes.  On cores
+    # of its own (host-cpus=): an IRTE names the core of a vCPU.
     res = nested(PAYLOAD_LIB + r"""
 vf=
 for d in /sys/bus/pci/devices/*; do
@@ -1002,8 +1048,8 @@ echo "vf: $vf"
 vfio_guest() {
     export LD_PRELOAD=/hpkvm/lib/libhpkvm-fake-kernel.so
     export HPKVM_FAKE_KERNEL=$1 HPKVM_FAKE_KERNEL_LOG=/tmp/$3.log
-    guest_qemu -accel hpkvm -cpu host,invtsc=on -device vfio-pci,host=$vf \
-        -append "msix hold" || exit 1
+    guest_qemu -accel $HPKVM_ACCEL -cpu host,invtsc=on \
+        -device vfio-pci,host=$vf -append "msix hold" || exit 1
     unset LD_PRELOAD HPKVM_FAKE_KERNEL HPKVM_FAKE_KERNEL_LOG
     guest_cont
     wait_serial
@@ -1015,7 +1061,7 @@ vfio_guest() {
 vfio_guest supported=0x3f hpkvm fake
 # Again with a kernel whose HPKVM_SET_IRTE fails: KVM's delivery.
 vfio_guest supported=0x3f,irte=5 hpkvm-irte-fails fake-irte
-""", vfs=2, vfio_vfs=1)
+""".replace("$HPKVM_ACCEL", PLACEMENT_ACCEL), vfs=2, vfio_vfs=1, cpus=4)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
     serial = lines_with(res.output, "serial: ")[0]
