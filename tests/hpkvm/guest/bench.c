@@ -145,13 +145,14 @@ static uint64_t tsc_khz(const char **source)
  * not fatal here: it is counted (a nested KVM under TCG, whose TSC and
  * timer clocks drift apart, does that) and taken as latency 0; one that
  * does not come within TIMER_LOST_CYCLES is counted as lost, and the
- * sample dropped.  Returns whether there is a sample.
+ * sample dropped.  Returns whether there is a sample.  The LVT timer is
+ * in TSC-deadline mode already, as a guest's kernel sets it once: each
+ * interrupt is one MSR write.
  */
 static bool timer_sample(uint64_t *latency)
 {
     uint64_t deadline, fired;
 
-    lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
     __atomic_store_n(&timer_fired, 0, __ATOMIC_RELAXED);
     __asm__ volatile("mfence" : : : "memory");
     deadline = rdtsc() + 2000000;
@@ -285,6 +286,11 @@ void bench_run(uint32_t ncpus, bool tsc_deadline)
      * An eighth of the samples: one timer interrupt can take up to a
      * second on a nested paravirtual KVM.
      */
+    if (tsc_deadline) {
+        lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
+        /* Order the LVT write before the MSR writes (SDM 10.5.4.1). */
+        __asm__ volatile("mfence" : : : "memory");
+    }
     frame();
     for (i = 0, m = 0; i < MAX(n / 8, MIN(n, 8)); i++) {
         if (!tsc_deadline) {

@@ -27,6 +27,10 @@
  *             that checks itself across a live migration ("soak: started"
  *             is printed first, "soak: round K" every 8 rounds; a round
  *             takes ~0.5 s on a nested paravirtual KVM)
+ *   apicid-write  at start-up, in xAPIC mode, write the BSP's APIC ID
+ *             register with another ID and then its own again: what makes
+ *             KVM inhibit APIC virtualization for the VM (for good, in
+ *             Linux 6.1), as a guest that renumbers its APICs does
  *   wedge=N   after the result line, with one vCPU: N rounds of ICR,
  *             self-IPI and TPR writes of any value with interrupts off,
  *             then IF=0 forever without halting (see wedge.c)
@@ -711,6 +715,15 @@ void bsp_main(void)
     outb(PIT_MODE, PIT_CH0_ONESHOT);
     outb(PIT_CH0, 0);
     outb(PIT_CH0, 0);
+    if (option("apicid-write")) {
+        /* Before lapic_enable(): the x2APIC ID cannot be written. */
+        volatile uint32_t *id = (volatile uint32_t *)(uintptr_t)
+                                (LAPIC_BASE + LAPIC_ID);
+        uint32_t own = *id;
+
+        *id = own + (1u << 24);
+        *id = own;
+    }
     lapic_enable();
     bsp_apic_id = lapic_id();
 

@@ -225,7 +225,9 @@ VM_STATS_CMD = json.dumps({
     "execute": "query-stats",
     "arguments": {"target": "vm", "providers": [
         {"provider": "kvm", "names": ["apicv_inhibit_reasons"]}]}})
-# Linux 6.1's enum kvm_apicv_inhibit: the in-kernel PIT reinjects.
+# Linux 6.1's enum kvm_apicv_inhibit: the guest changed an APIC ID; the
+# in-kernel PIT reinjects.
+APICV_INHIBIT_APIC_ID_MODIFIED = 1 << 4
 APICV_INHIBIT_PIT_REINJ = 1 << 8
 
 
@@ -243,23 +245,27 @@ def ap_stats_by_mode(modes, script="", **kwargs):
     """halt_exits_by_mode(), with all of the halting AP's KVM statistics
     and, under "vm", the VM's (VM_STATS_CMD):
     ({label: {name: value}}, {label: query-hpkvm}); script runs first.
-    A mode may name its number of HLTs third (HALTS if not)."""
+    query-hpkvm is taken before the guest runs, and again once it held
+    (as "LABEL:after").  A mode may name its number of HLTs third (HALTS
+    if not) and more of the guest's options fourth."""
     script = PAYLOAD_LIB + script
     halts_of = {mode[0]: mode[2] if len(mode) > 2 else HALTS
                 for mode in modes}
-    for label, args, *_ in modes:
+    for label, args, *more in modes:
+        options = more[1] if len(more) > 1 else ""
         script += r"""
-guest_qemu %s -append "halts=%d hold" || exit 1
+guest_qemu %s -append "halts=%d hold %s" || exit 1
 echo "%s hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 guest_cont
 echo "%s $(wait_serial)"
+echo "%s hpkvm-after: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 echo "%s cpus: $(qmp-exec /tmp/qmp.sock '{"execute": "query-cpus-fast"}')"
 echo "%s stats: $(qmp-exec /tmp/qmp.sock '%s')"
 echo "%s vm-stats: $(qmp-exec /tmp/qmp.sock '%s')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait_qemu
-""" % (args, halts_of[label], label, label, label, label, STATS_CMD,
-       label, VM_STATS_CMD)
+""" % (args, halts_of[label], options, label, label, label, label, label,
+       STATS_CMD, label, VM_STATS_CMD)
     res = nested(script, **kwargs)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
@@ -274,6 +280,8 @@ wait_qemu
             (halts and int(halts.group(1)) >= halts_of[label]), serial
         hpkvm[label] = json.loads(
             lines_with(res.output, f"{label} hpkvm: ")[0])["return"]
+        hpkvm[f"{label}:after"] = json.loads(
+            lines_with(res.output, f"{label} hpkvm-after: ")[0])["return"]
         cpus = json.loads(lines_with(res.output, f"{label} cpus: ")[0])
         ap_path = [c["qom-path"] for c in cpus["return"]
                    if c["cpu-index"] == 1][0]
@@ -305,7 +313,9 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
     grants it irq-passthrough and ipi-fastpath on x2AVIC (contract 2,
     "apicv"), and query-hpkvm says nothing inhibits AVIC.  With the
     PIT's reinjection asked for, the same grants are suspended, and
-    query-hpkvm says why (pit-reinject) while the exits come back.  Guest
+    query-hpkvm says why (pit-reinject) while the exits come back; so
+    too for a guest that writes its xAPIC ID (apic-id-modified, which
+    Linux 6.1 never clears).  Guest
     exits are KVM's exits less its host-interrupt
     exits (the nested host's own ticks on that core); those of the AP's
     start-up are measured by the same guest sending no IPIs, and taken
@@ -322,6 +332,7 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
         ("hpkvm", hpkvm), ("hpkvm-start-up", hpkvm, 0),
         ("hpkvm-reinject",
          hpkvm + " -global kvm-pit.lost_tick_policy=delay"),
+        ("hpkvm-apicid", hpkvm, HALTS, "apicid-write"),
         ("inhibited", "-accel kvm -cpu host -overcommit cpu-pm=on")],
         script="""
 echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
@@ -329,12 +340,13 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
 """, kvm_amd="avic=1", cpus=4)
     guest_exits = {label: s["exits"] - s["irq_exits"]
                    for label, s in ap_stats.items()}
-    start_up_of = {"inhibited": "x2avic", "hpkvm-reinject": "hpkvm"}
+    start_up_of = {"inhibited": "x2avic", "hpkvm-reinject": "hpkvm",
+                   "hpkvm-apicid": "hpkvm"}
     per_ipi = {label: (guest_exits[label] -
                        guest_exits[start_up_of.get(label, label) +
                                    "-start-up"]) / HALTS
                for label in ("x2avic", "avic", "hpkvm", "hpkvm-reinject",
-                             "inhibited")}
+                             "hpkvm-apicid", "inhibited")}
     print(f"# guest exits of the AP: {guest_exits}; per IPI it received, "
           f"start-up taken off: {per_ipi}")
     assert per_ipi["inhibited"] >= 0.5, ap_stats
@@ -351,9 +363,16 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
             assert f["granted"] and f["apicv"], (label, f)
             assert f["mechanism"] == "patched-kernel", (label, f)
     assert hp["hpkvm"]["apicv-inhibits"] == [], hp["hpkvm"]
+    assert hp["hpkvm:after"]["apicv-inhibits"] == [], hp["hpkvm:after"]
     assert hp["hpkvm-reinject"]["apicv-inhibits"] == ["pit-reinject"], \
         hp["hpkvm-reinject"]
     assert per_ipi["hpkvm-reinject"] >= 0.5, ap_stats
+    # A guest that changes its APIC ID suspends them itself: nothing
+    # inhibits AVIC before it runs, its own write does afterwards.
+    assert hp["hpkvm-apicid"]["apicv-inhibits"] == [], hp["hpkvm-apicid"]
+    assert hp["hpkvm-apicid:after"]["apicv-inhibits"] == \
+        ["apic-id-modified"], hp["hpkvm-apicid:after"]
+    assert per_ipi["hpkvm-apicid"] >= 0.5, ap_stats
     # Our KVM says why, or that nothing inhibits AVIC.
     inhibits = {label: s["vm"]["apicv_inhibit_reasons"]
                 for label, s in ap_stats.items()}
@@ -362,6 +381,8 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
         assert inhibits[label] == 0, inhibits
     for label in ("inhibited", "hpkvm-reinject"):
         assert inhibits[label] == APICV_INHIBIT_PIT_REINJ, inhibits
+    assert inhibits["hpkvm-apicid"] == APICV_INHIBIT_APIC_ID_MODIFIED, \
+        inhibits
 
 
 @test
@@ -664,23 +685,19 @@ next_vm %(accel)s
     assert_next_vm_binds(res)
 
 
-@test
-def our_kvm_keeps_the_host_alive_beside_a_guest_that_never_takes_an_interrupt():
-    """A guest on a core our KVM bound writes any ICR value, self-IPI
-    vector and TPR with interrupts off, then keeps IF=0 forever without
-    halting (wedge=): for 25 s, longer than the soft-lockup and RCU-stall
-    thresholds, the host keeps that core (a task pinned to it runs, its
-    timer ticks, the vCPU keeps exiting to KVM), QEMU answers and quits,
-    the kernel logs no lockup, and the next VM binds the core and passes.
-    What irq-passthrough must keep true, checked on what is granted."""
+def wedge_beside_a_guest_that_never_takes_an_interrupt(**kwargs):
+    """The payload and checks of the wedge tests below: the nested host's
+    output, once every check passed."""
     res = nested(PAYLOAD_LIB + BOUND_CORE_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 dmesg -c > /dev/null            # only what happens from here on counts
 # Isolation off: the helper would move the pinned task off the core.
 guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off \
     -cpu host -smp 1 -append wedge=2000 || exit 1
-core=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
-       grep -o '"host-cpu": [0-9]*' | head -n 1 | cut -d' ' -f2)
+hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
+echo "hpkvm: $hp"
+core=$(echo "$hp" | grep -o '"host-cpu": [0-9]*' | head -n 1 |
+       cut -d' ' -f2)
 echo "core: $core"
 guest_cont
 i=0; until grep -q 'interrupts off from now on' /tmp/serial.log 2>/dev/null; do
@@ -700,7 +717,7 @@ wait_qemu
 echo "quit-status: $?"
 wedge_log
 next_vm %(accel)s
-""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4, **kwargs)
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
     core = int(lines_with(res.output, "core: ")[0])
@@ -720,6 +737,33 @@ next_vm %(accel)s
     assert lines_with(res.output, "quit-status: ") == ["0"], res.output
     assert not lines_with(res.output, "dmesg-bad: "), res.output
     assert_next_vm_binds(res)
+    return res
+
+
+@test
+def our_kvm_keeps_the_host_alive_beside_a_guest_that_never_takes_an_interrupt():
+    """A guest on a core our KVM bound writes any ICR value, self-IPI
+    vector and TPR with interrupts off, then keeps IF=0 forever without
+    halting (wedge=): for 25 s, longer than the soft-lockup and RCU-stall
+    thresholds, the host keeps that core (a task pinned to it runs, its
+    timer ticks, the vCPU keeps exiting to KVM), QEMU answers and quits,
+    the kernel logs no lockup, and the next VM binds the core and passes.
+    What irq-passthrough must keep true, checked on what is granted."""
+    wedge_beside_a_guest_that_never_takes_an_interrupt()
+
+
+@test
+def our_kvm_keeps_the_host_alive_beside_a_wedging_guest_granted_avic():
+    """The same guest with irq-passthrough and ipi-fastpath granted on
+    x2AVIC (kvm-amd avic=1): its ICR writes of any value go to the
+    hardware's IPI path (our TCG's AVIC), and the host still keeps the
+    core, answers and binds the next VM."""
+    res = wedge_beside_a_guest_that_never_takes_an_interrupt(
+        kvm_amd="avic=1")
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    for name in ("irq-passthrough", "ipi-fastpath"):
+        f = feature(hp, name)
+        assert f["granted"] and f["apicv"], f
 
 
 @test
