@@ -27,8 +27,8 @@
  *                    (a broken kernel: the contract says it must succeed)
  * $HPKVM_FAKE_KERNEL_LOG, if set, receives one line per hpkvm ioctl.
  *
- * It refuses what the reference kernel (kvm/patches/0003, 0004, 0007) refuses,
- * checking in the same order, per VM:
+ * It refuses what the reference kernel (kvm/patches/0003, 0004, 0007)
+ * refuses, checking in the same order, per VM:
  *   HPKVM_ENABLE: EINVAL for non-zero flags, pad, apicv or reserved
  *     fields, feature bits version 2 does not have, required not a subset of
  *     requested, nr_vcpus 0 or above KVM_CAP_MAX_VCPUS; then EBUSY after
@@ -36,7 +36,8 @@
  *     Per feature: -ENOENT if not requested, -EINVAL for vfio-irte
  *     requested without irq-passthrough, and dynamic-nohz,
  *     irq-passthrough and ipi-fastpath without exclusive-cores, then
- *     the script.  If a required feature is not
+ *     the script (those three refused as exclusive-cores is, when it
+ *     is).  If a required feature is not
  *     granted, EPERM: nothing is granted and every feature that would
  *     have been reports -EPERM.
  *   HPKVM_DISABLE: EINVAL for a non-zero argument, EBUSY after the VM's
@@ -62,7 +63,8 @@
  * the machine), the pinning of the thread at HPKVM_BIND_VCPU, its
  * PF_NO_SETAFFINITY and the EPERM of a KVM_RUN whose thread left its
  * core (QEMU pins the thread itself first), the irqchip (the
- * reference kernel does not check it either), and dynamic-nohz's rules
+ * reference kernel refuses irq-passthrough and ipi-fastpath without it,
+ * EINVAL on x86; QEMU checks it itself first), and dynamic-nohz's rules
  * in kvm/patches/0005 (ENODEV without nohz_full=, E2BIG for more vCPUs
  * than nohz_full cores, EINVAL for a bind outside them).  The scripted failures
  * (enable=, caps=, bind=, irte=) come after every check.
@@ -275,6 +277,16 @@ static int fake_reason(const struct hpkvm_enable *req, int f)
           bit == HPKVM_FEAT_IPI_FASTPATH) &&
          !(req->requested & HPKVM_FEAT_EXCLUSIVE_CORES))) {
         return -EINVAL;
+    }
+    /*
+     * What builds on exclusive cores is refused for their reason when
+     * they are (the reference kernel's hpkvm_exclusive_refusal()).
+     */
+    if ((bit == HPKVM_FEAT_DYNAMIC_NOHZ ||
+         bit == HPKVM_FEAT_IRQ_PASSTHROUGH ||
+         bit == HPKVM_FEAT_IPI_FASTPATH) &&
+        !(fk.grant & fk.supported & HPKVM_FEAT_EXCLUSIVE_CORES)) {
+        bit = HPKVM_FEAT_EXCLUSIVE_CORES;
     }
     if (fk.grant & fk.supported & bit) {
         return 0;

@@ -691,6 +691,43 @@ static void test_enable_apicv(void)
     contract_vm_free(&vm);
 }
 
+#ifdef __x86_64__
+/*
+ * Interrupt features need the in-kernel LAPIC: a VM created without
+ * KVM_CREATE_IRQCHIP is refused them, EINVAL where HPKVM_GET_CAPS says
+ * the kernel grants them, and exclusive cores stay its to have.
+ */
+static void test_enable_without_irqchip(void)
+{
+    uint64_t supported = contract_supported();
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | CONTRACT_FEAT_ARCH,
+        .nr_vcpus = 1,
+    };
+    ContractVm vm;
+
+    vm.kvm_fd = contract_open_kvm();
+    vm.fd = contract_setup(ioctl(vm.kvm_fd, KVM_CREATE_VM, 0),
+                           "KVM_CREATE_VM");
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmphex(req.apicv, ==, 0);
+    if (supported & HPKVM_FEAT_IRQ_PASSTHROUGH) {
+        g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH),
+                        ==, -EINVAL);
+    }
+    if (supported & HPKVM_FEAT_IPI_FASTPATH) {
+        g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_IPI_FASTPATH),
+                        ==, -EINVAL);
+    }
+    g_test_message("without-irqchip supported=0x%llx reasons=%d,%d",
+                   (unsigned long long)supported,
+                   CONTRACT_REASON(&req, HPKVM_FEAT_IRQ_PASSTHROUGH),
+                   CONTRACT_REASON(&req, HPKVM_FEAT_IPI_FASTPATH));
+    contract_vm_free(&vm);
+}
+#endif
+
 /*
  * Malformed requests are EINVAL.  All on one VM: the kernel checks its
  * input before the once-per-VM rule, so a refused call does not use up
@@ -1199,6 +1236,10 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm-contract/enable/dynamic-nohz",
                     test_enable_dynamic_nohz);
     g_test_add_func("/hpkvm-contract/enable/apicv", test_enable_apicv);
+#ifdef __x86_64__
+    g_test_add_func("/hpkvm-contract/enable/without-irqchip",
+                    test_enable_without_irqchip);
+#endif
     g_test_add_func("/hpkvm-contract/enable/dependencies",
                     test_enable_dependencies);
     g_test_add_func("/hpkvm-contract/enable/invalid", test_enable_invalid);

@@ -326,13 +326,14 @@ def avic_delivers_ipis_to_a_running_vcpu_without_exits():
     # hpkvm on cores of its own: HLT stays in the guest, and the PIT's
     # lost ticks are discarded by default, so nothing inhibits AVIC.
     hpkvm = f"-accel {PLACEMENT_ACCEL} -cpu host"
+    reinject = hpkvm + " -global kvm-pit.lost_tick_policy=delay"
     ap_stats, hp = ap_stats_by_mode([
         ("x2avic", x2avic), ("x2avic-start-up", x2avic, 0),
         ("avic", avic), ("avic-start-up", avic, 0),
         ("hpkvm", hpkvm), ("hpkvm-start-up", hpkvm, 0),
-        ("hpkvm-reinject",
-         hpkvm + " -global kvm-pit.lost_tick_policy=delay"),
+        ("hpkvm-reinject", reinject), ("hpkvm-reinject-start-up", reinject, 0),
         ("hpkvm-apicid", hpkvm, HALTS, "apicid-write"),
+        ("hpkvm-apicid-start-up", hpkvm, 0, "apicid-write"),
         ("inhibited", "-accel kvm -cpu host -overcommit cpu-pm=on")],
         script="""
 echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
@@ -340,8 +341,7 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
 """, kvm_amd="avic=1", cpus=4)
     guest_exits = {label: s["exits"] - s["irq_exits"]
                    for label, s in ap_stats.items()}
-    start_up_of = {"inhibited": "x2avic", "hpkvm-reinject": "hpkvm",
-                   "hpkvm-apicid": "hpkvm"}
+    start_up_of = {"inhibited": "x2avic"}
     per_ipi = {label: (guest_exits[label] -
                        guest_exits[start_up_of.get(label, label) +
                                    "-start-up"]) / HALTS
