@@ -138,6 +138,15 @@ static void placement_bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
          */
         w->deferred = true;
         w->ret = 0;
+    } else if (!w->ret && w->may_defer && cpr_is_incoming()) {
+        /*
+         * cpr-transfer: the previous QEMU still runs the guest on this
+         * core until the hand-over.  A bind now would take the core from
+         * between two of its KVM_RUNs (an exit to user space is enough),
+         * and its vCPU would fail with EBUSY.  Bind at the first run,
+         * when it has stopped.
+         */
+        w->deferred = true;
     } else if (!w->ret &&
                s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
         kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
