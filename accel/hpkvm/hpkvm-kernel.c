@@ -7,6 +7,7 @@
  */
 
 #include "qemu/osdep.h"
+#include "qapi/qapi-commands-stats.h"
 #include "hpkvm-kernel.h"
 #include "trace.h"
 
@@ -63,54 +64,32 @@ int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu)
 }
 
 /*
- * One statistic of the VM's binary statistics file (KVM_GET_STATS_FD):
- * the file is opened per call, as query-hpkvm is rare and the
- * descriptors are the kernel's to lay out.
+ * Through QEMU's own reader of KVM's statistics (query-stats), the
+ * statistic our kernel's patch 6 adds.
  */
-static int hpkvm_kernel_vm_stat(KVMState *s, const char *name,
-                                uint64_t *value)
-{
-    struct kvm_stats_header hdr;
-    g_autofree char *descs = NULL;
-    size_t desc_size, len;
-    int fd, ret = -EIO;
-    uint32_t i;
-
-    fd = kvm_vm_ioctl(s, KVM_GET_STATS_FD, NULL);
-    if (fd < 0) {
-        return fd;
-    }
-    if (pread(fd, &hdr, sizeof(hdr), 0) != sizeof(hdr)) {
-        goto out;
-    }
-    desc_size = sizeof(struct kvm_stats_desc) + hdr.name_size;
-    len = desc_size * hdr.num_desc;
-    descs = g_malloc0(len);
-    if (pread(fd, descs, len, hdr.desc_offset) != len) {
-        goto out;
-    }
-    ret = -ENOENT;
-    for (i = 0; i < hdr.num_desc; i++) {
-        struct kvm_stats_desc *d = (void *)(descs + i * desc_size);
-
-        if (strncmp(d->name, name, hdr.name_size)) {
-            continue;
-        }
-        ret = -EIO;
-        if (d->size == 1 &&
-            pread(fd, value, sizeof(*value),
-                  hdr.data_offset + d->offset) == sizeof(*value)) {
-            ret = 0;
-        }
-        break;
-    }
-out:
-    close(fd);
-    trace_hpkvm_kernel_vm_stat(name, ret, ret ? 0 : *value);
-    return ret;
-}
-
 int hpkvm_kernel_apicv_inhibits(KVMState *s, uint64_t *mask)
 {
-    return hpkvm_kernel_vm_stat(s, "apicv_inhibit_reasons", mask);
+    strList name = { .value = (char *)"apicv_inhibit_reasons" };
+    StatsRequest kvm = { .provider = STATS_PROVIDER_KVM, .names = &name };
+    StatsRequestList providers = { .value = &kvm };
+    StatsFilter filter = {
+        .target = STATS_TARGET_VM,
+        .has_providers = true,
+        .providers = &providers,
+    };
+    g_autoptr(StatsResultList) results = qmp_query_stats(&filter, NULL);
+    StatsResultList *r;
+    StatsList *st;
+    int ret = -ENOENT;
+
+    for (r = results; r && ret; r = r->next) {
+        for (st = r->value->stats; st && ret; st = st->next) {
+            if (st->value->value->type == QTYPE_QNUM) {
+                *mask = st->value->value->u.scalar;
+                ret = 0;
+            }
+        }
+    }
+    trace_hpkvm_kernel_apicv_inhibits(ret, ret ? 0 : *mask);
+    return ret;
 }

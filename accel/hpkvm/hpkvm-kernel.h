@@ -2,9 +2,9 @@
  * hpkvm: the only interface to the kernel's hpkvm extension
  *
  * Every ioctl of the contract in linux-headers/linux/hpkvm.h goes through
- * these functions; nothing else in QEMU issues them, nor reads the VM
- * statistic the contract names.  Each returns 0 or a negative errno, as
- * kvm_ioctl() and friends do.
+ * these functions, as does the read of the VM statistic the contract
+ * names; nothing else in QEMU issues them.  Each returns 0 or a negative
+ * errno, as kvm_ioctl() and friends do.
  *
  * Copyright (c) 2026 The hpkvm developers
  *

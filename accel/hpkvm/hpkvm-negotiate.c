@@ -140,6 +140,12 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
         return hpkvm_wants_own_cores(s) ? NULL :
                "needs cores of its own: give host-cpus=";
+    case HPKVM_FEATURE_VFIO_IRTE:
+        if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
+            ON_OFF_AUTO_OFF) {
+            return "needs irq-passthrough: set it to on or auto";
+        }
+        /* fall through: its IRTEs name a vCPU's core */
     case HPKVM_FEATURE_IRQ_PASSTHROUGH:
     case HPKVM_FEATURE_IPI_FASTPATH:
         /*
@@ -147,14 +153,6 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
          * it is in the guest: on a core of its own (contract 2, which
          * refuses them without exclusive-cores).
          */
-        unmet = hpkvm_arch_unmet_requirement(s, f, g, owned);
-        return unmet ?: hpkvm_wants_own_cores(s) ? NULL : needs_cores;
-    case HPKVM_FEATURE_VFIO_IRTE:
-        if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
-            ON_OFF_AUTO_OFF) {
-            return "needs irq-passthrough: set it to on or auto";
-        }
-        /* Its IRTEs name a vCPU's core: irq-passthrough's own cores. */
         unmet = hpkvm_arch_unmet_requirement(s, f, g, owned);
         return unmet ?: hpkvm_wants_own_cores(s) ? NULL : needs_cores;
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
