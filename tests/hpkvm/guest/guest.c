@@ -15,6 +15,9 @@
  *             one: entry 0 fixed to the BSP, entry 1 lowest priority; then
  *             mask entry 0, retarget it to the first AP and unmask it (what
  *             a driver does when it moves an interrupt)
+ *   timers=N  then N more timer interrupts from the BSP, each one deadline
+ *             (or count) written and waited for: a workload for where the
+ *             host fires them
  *   bench=N   before the result line, the micro-benchmarks of bench.c with
  *             N samples each
  *   vnet=N    send N broadcast frames through the first virtio-net device
@@ -27,6 +30,10 @@
  *             that checks itself across a live migration ("soak: started"
  *             is printed first, "soak: round K" every 8 rounds; a round
  *             takes ~0.5 s on a nested paravirtual KVM)
+ *   pit=N     at start-up, re-arm the PIT at N Hz (19 to 1000) instead of
+ *             stopping it; masked at the 8259 as always, and LINT0 masked,
+ *             so only the host takes its ticks (KVM's in-kernel PIT is a
+ *             host timer)
  *   apicid-write  at start-up, in xAPIC mode, write the BSP's APIC ID
  *             register with another ID and then its own again: what makes
  *             KVM inhibit APIC virtualization for the VM (for good, in
@@ -57,6 +64,12 @@
 #define PIT_MODE        0x43
 /* Channel 0, low then high byte, mode 0 (one-shot), binary. */
 #define PIT_CH0_ONESHOT 0x30
+/* Channel 0, low then high byte, mode 2 (rate generator), binary. */
+#define PIT_CH0_PERIODIC 0x34
+#define PIT_INPUT_HZ    1193182u
+/* A 16-bit count at the low end; KVM's 200 us floor at the high one. */
+#define PIT_MIN_HZ      19u
+#define PIT_MAX_HZ      1000u
 #define FW_CFG_CTL      0x510
 #define FW_CFG_DATA     0x511
 #define FW_CFG_NB_CPUS  0x05
@@ -687,7 +700,7 @@ void bsp_main(void)
 {
     uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i, msix_bdf = 0;
     bool tsc_deadline;
-    uint64_t timer_cycles, soak_rounds;
+    uint64_t timer_cycles, soak_rounds, timers, pit_hz;
     uint32_t vnet_frames = 0;
 
     for (i = 0; i < sizeof(exception_handlers) / sizeof(exception_handlers[0]);
@@ -710,11 +723,22 @@ void bsp_main(void)
      * Masked, the PIT still ticks in the host: KVM's in-kernel PIT is a
      * periodic host timer (18.2 Hz as SeaBIOS left it) on whichever host
      * core it was last armed or moved to, the BSP's own among them.  Stop
-     * it as Linux does when it leaves the PIT: one last one-shot count.
+     * it as Linux does when it leaves the PIT: one last one-shot count;
+     * or, with pit=N, re-arm it from here at N Hz, still masked.
      */
-    outb(PIT_MODE, PIT_CH0_ONESHOT);
-    outb(PIT_CH0, 0);
-    outb(PIT_CH0, 0);
+    pit_hz = option("pit");
+    if (pit_hz) {
+        if (pit_hz < PIT_MIN_HZ || pit_hz > PIT_MAX_HZ) {
+            fail("pit=N needs N from 19 to 1000");
+        }
+        outb(PIT_MODE, PIT_CH0_PERIODIC);
+        outb(PIT_CH0, (PIT_INPUT_HZ / pit_hz) & 0xff);
+        outb(PIT_CH0, (PIT_INPUT_HZ / pit_hz) >> 8);
+    } else {
+        outb(PIT_MODE, PIT_CH0_ONESHOT);
+        outb(PIT_CH0, 0);
+        outb(PIT_CH0, 0);
+    }
     if (option("apicid-write")) {
         /* Before lapic_enable(): the x2APIC ID cannot be written. */
         volatile uint32_t *id = (volatile uint32_t *)(uintptr_t)
@@ -725,6 +749,14 @@ void bsp_main(void)
         *id = own;
     }
     lapic_enable();
+    if (pit_hz) {
+        /*
+         * Off the 8259's virtual wire as well, as a guest that takes its
+         * timer from the LAPIC does: while LINT0 takes ExtINT, KVM kicks
+         * the vCPU at every update of the PIC, masked lines included.
+         */
+        lapic_write(LAPIC_LVT_LINT0, LVT_MASKED);
+    }
     bsp_apic_id = lapic_id();
 
     ncpus = fw_cfg_nb_cpus();
@@ -765,6 +797,12 @@ void bsp_main(void)
         msix_bdf = program_msix();
     }
 
+    /* More of the first: where each timer interrupt fires on the host. */
+    timers = option("timers");
+    for (i = 0; i < timers; i++) {
+        fire_timer(tsc_deadline);
+    }
+
     if (option("bench")) {
         bench_run(ncpus, tsc_deadline);
     }
@@ -799,6 +837,10 @@ void bsp_main(void)
     if (soak_rounds) {
         puts_serial(" soak=");
         putu_serial(soak_rounds);
+    }
+    if (timers) {
+        puts_serial(" timers=");
+        putu_serial(timers);
     }
     if (halts) {
         puts_serial(" halts=");

@@ -30,6 +30,7 @@
 #define LAPIC_ICR_LO    0x300
 #define LAPIC_ICR_HI    0x310
 #define LAPIC_LVT_TIMER 0x320
+#define LAPIC_LVT_LINT0 0x350
 #define LAPIC_TIMER_ICR 0x380
 #define LAPIC_TIMER_DCR 0x3e0
 
@@ -41,6 +42,7 @@
 #define ICR_ALL_BUT_SELF 0xc0000
 
 #define LVT_TSC_DEADLINE (2u << 17)
+#define LVT_MASKED      (1u << 16)
 #define SVR_ENABLE      0x100
 
 #define VEC_REPORT      0x40
