@@ -64,10 +64,10 @@ int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu)
 }
 
 /*
- * Through QEMU's own reader of KVM's statistics (query-stats), the
- * statistic our kernel's patch 6 adds.
+ * Through QEMU's own reader of KVM's statistics (query-stats, of the one
+ * KVM VM there is), the statistic our kernel's patch 6 adds.
  */
-int hpkvm_kernel_apicv_inhibits(KVMState *s, uint64_t *mask)
+int hpkvm_kernel_apicv_inhibits(uint64_t *mask)
 {
     strList name = { .value = (char *)"apicv_inhibit_reasons" };
     StatsRequest kvm = { .provider = STATS_PROVIDER_KVM, .names = &name };

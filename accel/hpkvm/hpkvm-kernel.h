@@ -30,6 +30,6 @@ int hpkvm_kernel_bind_vcpu(CPUState *cpu, unsigned host_cpu);
  * kernel that grants features on APIC virtualization has (-ENOENT if
  * the kernel does not).
  */
-int hpkvm_kernel_apicv_inhibits(KVMState *s, uint64_t *mask);
+int hpkvm_kernel_apicv_inhibits(uint64_t *mask);
 
 #endif

@@ -448,7 +448,7 @@ static void negotiate_report_apicv(HPKVMState *s, HpkvmInfo *info)
         on_apicv |= s->feat[f].apicv;
     }
     /* Without the statistic the kernel cannot tell: absent, not "none". */
-    if (!on_apicv || hpkvm_kernel_apicv_inhibits(KVM_STATE(s), &mask) < 0) {
+    if (!on_apicv || hpkvm_kernel_apicv_inhibits(&mask) < 0) {
         return;
     }
     info->has_apicv_inhibits = true;

@@ -701,7 +701,7 @@ void bsp_main(void)
     uint32_t ncpus, ipis, halts, woken = 0, retries = 0, i, msix_bdf = 0;
     bool tsc_deadline;
     uint64_t timer_cycles, soak_rounds, timers, pit_hz;
-    uint32_t vnet_frames = 0;
+    uint32_t vnet_frames = 0, pit_count;
 
     for (i = 0; i < sizeof(exception_handlers) / sizeof(exception_handlers[0]);
          i++) {
@@ -731,9 +731,10 @@ void bsp_main(void)
         if (pit_hz < PIT_MIN_HZ || pit_hz > PIT_MAX_HZ) {
             fail("pit=N needs N from 19 to 1000");
         }
+        pit_count = PIT_INPUT_HZ / pit_hz;
         outb(PIT_MODE, PIT_CH0_PERIODIC);
-        outb(PIT_CH0, (PIT_INPUT_HZ / pit_hz) & 0xff);
-        outb(PIT_CH0, (PIT_INPUT_HZ / pit_hz) >> 8);
+        outb(PIT_CH0, pit_count & 0xff);
+        outb(PIT_CH0, pit_count >> 8);
     } else {
         outb(PIT_MODE, PIT_CH0_ONESHOT);
         outb(PIT_CH0, 0);
