@@ -82,12 +82,21 @@ ARM_TARGETS := qemu-system-aarch64 \
 	tests/hpkvm/kernel/hpkvm-contract-test \
 	$(addprefix tests/unit/test-hpkvm-,$(ARM_UNIT_TESTS))
 
+# How long each of "make check"'s build steps took, in seconds, a
+# "STEP SECONDS" line each: run-tests.py prints them with the tests'
+# durations at the end of the log (CI keeps only its end) and removes
+# the file.  timed runs its command (echoed, as make would) and appends
+# the step's line when the command succeeded.
+CHECK_TIMES := build/check-times
+timed = @echo '$(2)' && mkdir -p build && start=$$(date +%s) && $(2) && \
+	echo "$(1) $$(( $$(date +%s) - start ))" >> $(CHECK_TIMES)
+
 .PHONY: all build configure run check bench install deb kvm arm clean
 
 all: build
 
 $(BUILD)/build.ninja:
-	./configure
+	$(call timed,configure,./configure)
 
 # Re-lay the overlay each time: new files of ours and changed patches
 # are picked up; QEMU's configure only runs again when its arguments
@@ -103,12 +112,13 @@ run: build
 		-accel $(RUN_ACCEL) -cpu $(RUN_CPU) -smp $(RUN_SMP)
 
 check: $(BUILD)/build.ninja configure
-	ninja -C $(BUILD) $(CHECK_TARGETS)
-	ninja -C $(ARM_BUILD) $(ARM_TARGETS)
-	$(BUILD_INSTALLED)
-	kvm/build-kernel.sh
-	kvm/build-kernel.sh --arch arm64
-	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD)
+	$(call timed,qemu,ninja -C $(BUILD) $(CHECK_TARGETS))
+	$(call timed,aarch64,ninja -C $(ARM_BUILD) $(ARM_TARGETS))
+	$(call timed,installed,$(BUILD_INSTALLED))
+	$(call timed,kernel-x86,kvm/build-kernel.sh)
+	$(call timed,kernel-arm64,kvm/build-kernel.sh --arch arm64)
+	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD) \
+		--build-times $(CHECK_TIMES)
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
 # nested test hosts (x86 and arm64); a table per host,

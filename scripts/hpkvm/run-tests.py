@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 """Run hpkvm's tests (meson suite "hpkvm") and print one closing line.
 
-    run-tests.py BUILD_DIR [MESON-TEST-ARGS...]
+    run-tests.py BUILD_DIR [--build-times FILE] [MESON-TEST-ARGS...]
 
 meson counts test executables; this counts the test cases inside them,
 from the TAP each one printed, and ends with "N passed, N failed,
@@ -13,7 +13,9 @@ failure.
 For each failure it then repeats, after meson's summary, the lines that
 explain it (the TAP comments before each failing case, the end of the
 test's stderr) and, last, one line per failed case with its exception:
-CI systems often keep only the end of a log.
+CI systems often keep only the end of a log.  Just before those, one
+line says how long the build's steps (FILE: "STEP SECONDS" lines, which
+the Makefile writes; removed once read) and the longest tests took.
 """
 
 import json
@@ -94,10 +96,38 @@ def explain_failure(entry):
     return out, summaries
 
 
+# Tests at least this long (seconds) are named in the durations line.
+LONG_TEST = 30
+
+
+def durations(times_file, entries):
+    """One line: the build steps' seconds from times_file (then removed)
+    and the meson tests' of at least LONG_TEST, longest first."""
+    steps = []
+    if times_file:
+        try:
+            with open(times_file, encoding="utf-8") as f:
+                steps = [line.split() for line in f if line.strip()]
+            os.unlink(times_file)
+        except OSError:
+            pass
+    tests = sorted(((e.get("duration", 0), e.get("name", "?"))
+                    for e in entries), reverse=True)
+    return ("hpkvm: seconds taken: build " +
+            (", ".join(" ".join(step) for step in steps) or "(not timed)") +
+            "; tests " + ", ".join(f"{name.split('/')[-1].strip()} {d:.0f}"
+                                   for d, name in tests if d >= LONG_TEST) +
+            f" ({sum(d for d, _ in tests):.0f} in all)")
+
+
 def main():
     build = sys.argv[1]
+    args = sys.argv[2:]
+    times_file = None
+    if args[:1] == ["--build-times"]:
+        times_file, args = args[1], args[2:]
     cmd = ["meson", "test", "-C", build, "--suite", "hpkvm", "--no-rebuild",
-           "--print-errorlogs", *sys.argv[2:]]
+           "--print-errorlogs", *args]
     print("hpkvm:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd)
 
@@ -136,6 +166,7 @@ def main():
         failed += 1
     if rc != 0 and failed == 0:
         failed = 1
+    print(durations(times_file, entries))
     for line in explanations + summaries:
         print(line)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")

@@ -63,6 +63,7 @@ import os
 import random
 import re
 import sys
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -2453,9 +2454,11 @@ def main():
     failed = 0
     for i, fn in enumerate(tests, 1):
         name = fn.__name__.replace("_", "-")
+        start = time.monotonic()
         try:
             fn()
-            print(f"ok {i} - {name}", flush=True)
+            print(f"ok {i} - {name} ({time.monotonic() - start:.0f} s)",
+                  flush=True)
         except Exception:  # report and go on to the next test
             failed += 1
             print("# " + traceback.format_exc().replace("\n", "\n# "))
