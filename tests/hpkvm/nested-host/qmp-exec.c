@@ -16,6 +16,11 @@
  * protocol (hpkvm-helper-proto.h), so that a payload can wait for the
  * helper to have served what came before.
  *
+ * A reply that does not come within REPLY_TIMEOUT_S seconds fails the
+ * command, with a message naming it: a QEMU stuck in the payload then
+ * fails its test by name instead of holding it until the nested host's
+ * own timeout.
+ *
  * Copyright (c) 2026 The hpkvm developers
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -26,8 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* Longer than any QMP command of the payloads takes under TCG. */
+#define REPLY_TIMEOUT_S 120
+#define stringify_(x) #x
+#define stringify(x) stringify_(x)
 
 static FILE *in;
 static FILE *out;
@@ -61,7 +72,13 @@ static bool execute(const char *cmd, bool print)
     reply = read_reply();
     if (!reply) {
         /* "quit" closes the connection; anything else should not. */
-        return strstr(cmd, "quit") != NULL;
+        if (strstr(cmd, "quit")) {
+            return true;
+        }
+        fprintf(stderr, "qmp-exec: no reply to %s%s\n", cmd,
+                ferror(in) ? " within " stringify(REPLY_TIMEOUT_S) " s" :
+                             ": the connection closed");
+        return false;
     }
     if (print) {
         fputs(reply, stdout);
@@ -72,6 +89,7 @@ static bool execute(const char *cmd, bool print)
 int main(int argc, char **argv)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    struct timeval reply_timeout = { .tv_sec = REPLY_TIMEOUT_S };
     const char *prog = argv[0];
     bool ok = true, line = false;
     int fd, i;
@@ -94,6 +112,11 @@ int main(int argc, char **argv)
     strcpy(addr.sun_path, argv[1]);
     if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         perror("qmp-exec: connect");
+        return 1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &reply_timeout,
+                   sizeof(reply_timeout)) < 0) {
+        perror("qmp-exec: SO_RCVTIMEO");
         return 1;
     }
     in = fdopen(fd, "r");
