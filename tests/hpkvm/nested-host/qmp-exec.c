@@ -37,8 +37,6 @@
 
 /* Longer than any QMP command of the payloads takes under TCG. */
 #define REPLY_TIMEOUT_S 120
-#define stringify_(x) #x
-#define stringify(x) stringify_(x)
 
 static FILE *in;
 static FILE *out;
@@ -75,9 +73,13 @@ static bool execute(const char *cmd, bool print)
         if (strstr(cmd, "quit")) {
             return true;
         }
-        fprintf(stderr, "qmp-exec: no reply to %s%s\n", cmd,
-                ferror(in) ? " within " stringify(REPLY_TIMEOUT_S) " s" :
-                             ": the connection closed");
+        if (ferror(in)) {
+            fprintf(stderr, "qmp-exec: no reply to %s within %d s\n", cmd,
+                    REPLY_TIMEOUT_S);
+        } else {
+            fprintf(stderr, "qmp-exec: no reply to %s: the connection "
+                    "closed\n", cmd);
+        }
         return false;
     }
     if (print) {
