@@ -122,13 +122,15 @@ avic=$(cat /sys/module/kvm_amd/parameters/avic)
     # each exit whether it was an IRQ (a host interrupt, the guest's own
     # virtual timer expiring, a kick) or a trap of which class (SYS64:
     # a system register, ICC_SGI1R_EL1 for an SGI), which bench.py
-    # counts beside the statistics.  QEMU's kick of a vCPU shows as one
-    # signal_exit, and as one exit, where it interrupted the guest or
-    # where the vCPU it woke from WFI goes back into WFI: the null frame
-    # checks that subtracting one exit per signal_exit is exact.
+    # counts beside the statistics.  QEMU's kick of a vCPU (one
+    # signal_exit) costs an exit where it interrupted the guest (an IRQ
+    # exit) or woke the vCPU from WFI (which the guest executes again),
+    # and none where it found the vCPU in the host between two entries
+    # (a kick racing KVM_RUN, as "cont" sends one to every vCPU it
+    # wakes): the tracepoint says which (TRACE_SHELL's kick_exits).
     "aarch64": {
-        "host_caused": ("signal_exits",),
-        "host_vm_exits": ("signal_exits",),
+        "host_caused": ("signal_exits", "kick_exits"),
+        "host_vm_exits": ("kick_exits",),
         "boundary": {"exits": 1, "dabt_traps": 1, "guest_exits": 1},
         # An IRQ exit in the null frame is the host's: the guest has
         # armed no timer and sent no SGI yet.  kvm's vCPUs float onto
@@ -297,9 +299,14 @@ def frame_exits(begin, end, arch):
     names only some of them, the rest (other_exits)."""
     d = {s: end[s] - begin.get(s, 0) for s in end
          if s == "exits" or s in arch["reasons"]}
+    set_guest_exits(d, arch)
+    return d
+
+
+def set_guest_exits(d, arch):
+    """A vCPU's exits in a frame less those the host caused."""
     d["guest_exits"] = d.get("exits", 0) - sum(
         d.get(s, 0) for s in arch["host_vm_exits"])
-    return d
 
 
 def add_exits(dicts):
@@ -340,6 +347,7 @@ def parse(text, frames, info, arch=X86, cpus=(), trace=None):
                 for i, (d, t) in enumerate(zip(w["exits_by_vcpu"],
                                                trace.get(k, []))):
                     d.update(t)
+                    set_guest_exits(d, arch)
                     if sum(t.values()) != d.get("exits", 0):
                         out["boundary_extra"][f"{name}:vcpu{i}:traced"] = \
                             sum(t.values()) - d.get("exits", 0)
@@ -432,20 +440,45 @@ run_bench() {
 # each exit as IRQ (a host interrupt) or TRAP with the exception class.
 # At each boundary, while the VM is stopped: "COUNT TID:TYPE:CLASS ..."
 # of the exits since the last one, and the buffer emptied.
+#
+# An exit that a kick ended counts as TID:KICK:CLASS instead: one whose
+# vCPU thread next returns from KVM_RUN with EINTR (kvm_userspace_exit's
+# "restart", a signal_exit) and which the kick caused, an IRQ (the kick
+# interrupted the guest) or a WFx (it woke the vCPU from WFI, which the
+# guest then executes again).  A kick that ends KVM_RUN after any other
+# exit, or before the first entry, cost the guest no exit of its own.
 TRACE_SHELL = r"""
 TRACEFS=/sys/kernel/tracing
 trace_exits_start() {
     [ -e $TRACEFS/trace ] || mount -t tracefs none $TRACEFS
     echo 1 > $TRACEFS/events/kvm/kvm_exit/enable
+    echo 1 > $TRACEFS/events/kvm/kvm_userspace_exit/enable
     echo > $TRACEFS/trace
 }
 trace_exits() {
-    # "TID:TYPE:CLASS" of each line "COMM-TID [CPU] ... kvm_exit: TYPE:
-    # HSR_EC: 0xN (CLASS), ...", counted.
-    tid='.*-\([0-9][0-9]*\) *\[[0-9]*\].*'
-    ec=' kvm_exit: \([A-Z_]*\): HSR_EC: 0x[0-9a-f]* (\([A-Za-z0-9_]*\)).*'
-    sed -n "s/$tid$ec/\\1:\\2:\\3/p" $TRACEFS/trace |
-        sort | uniq -c | tr -s ' \n' '  '
+    # Lines "COMM-TID [CPU] ... kvm_exit: TYPE: HSR_EC: 0xN (CLASS), ..."
+    # and "COMM-TID [CPU] ... kvm_userspace_exit: reason WHY (N)".
+    awk '
+    !match($0, /-[0-9]+ +\[[0-9]+\]/) { next }
+    { split(substr($0, RSTART + 1, RLENGTH - 1), f, " "); tid = f[1] }
+    / kvm_exit: / {
+        split(substr($0, index($0, " kvm_exit: ") + 11), e, " ")
+        class = e[4]
+        gsub(/[(),]/, "", class)
+        key = tid ":" substr(e[1], 1, length(e[1]) - 1) ":" class
+        n[key]++
+        last[tid] = key
+        next
+    }
+    / kvm_userspace_exit: reason restart / &&
+            last[tid] ~ /:IRQ:|:TRAP:WFx$/ {
+        n[last[tid]]--
+        split(last[tid], k, ":")
+        n[tid ":KICK:" k[3]]++
+    }
+    / kvm_userspace_exit: / { last[tid] = "" }
+    END { for (key in n) if (n[key]) printf "%d %s ", n[key], key }
+    ' $TRACEFS/trace
     echo > $TRACEFS/trace
 }
 """
@@ -516,8 +549,9 @@ TRACE_CLASSES = {"HVC64": "hvc", "SYS64": "sysreg", "WFx": "wfx",
 
 def trace_by_vcpu(traces, cpus):
     """{frame: [{stat: count} per vCPU index]} from trace_exits()'s
-    lines at frames' ends: irq_exits, and TRAP exits as CLASS_traps
-    (dabt_traps: MMIO, or a stage-2 fault on RAM)."""
+    lines at frames' ends: irq_exits, TRAP exits as CLASS_traps
+    (dabt_traps: MMIO, or a stage-2 fault on RAM), and the exits kicks
+    caused as kick_exits."""
     index = {c["thread-id"]: c["cpu-index"] for c in cpus}
     out = {}
     for (k, edge), text in traces.items():
@@ -530,6 +564,7 @@ def trace_by_vcpu(traces, cpus):
             if int(tid) not in index:
                 continue                # not a vCPU of this QEMU
             stat = ("irq_exits" if kind == "IRQ" else
+                    "kick_exits" if kind == "KICK" else
                     f"{TRACE_CLASSES.get(ec, ec.lower())}_traps")
             d = per[index[int(tid)]]
             d[stat] = d.get(stat, 0) + int(count)
