@@ -53,8 +53,9 @@
  *     (and the vCPU does not count as run).
  *   HPKVM_SET_IRTE: EINVAL without vfio-irte granted, for non-zero
  *     reserved fields or unknown flags, a vector outside 16-255 or a GSI
- *     without an irqfd (the reference kernel grants no vfio-irte yet, so
- *     this follows the contract's text); then the script (irte=).
+ *     without an irqfd (kvm/patches/0010); then the script (irte=).  Not
+ *     the reference kernel's EINVAL for a request that disagrees with the
+ *     irqfd's route where the grant rests on APIC virtualization (0011).
  * Each refusal is logged with its errno.  What it does not model: which
  * host cores are held (the reference kernel's table: a core held by
  * another VM's vCPU, the last core kept for the host, cores taken from a
