@@ -15,6 +15,9 @@
  *             one: entry 0 fixed to the BSP, entry 1 lowest priority; then
  *             mask entry 0, retarget it to the first AP and unmask it (what
  *             a driver does when it moves an interrupt)
+ *   vf-msis=N then N MSIs of the first igb VF (vf.c) to the first AP,
+ *             each sent while it halts: a workload for how a device's
+ *             interrupt reaches a vCPU that is not running
  *   timers=N  then N more timer interrupts from the BSP, each one deadline
  *             (or count) written and waited for: a workload for where the
  *             host fires them
@@ -804,6 +807,13 @@ void bsp_main(void)
         fire_timer(tsc_deadline);
     }
 
+    if (option("vf-msis")) {
+        if (ncpus < 2) {
+            fail("vf-msis needs a second vCPU");
+        }
+        vf_msis_to_halted_ap(option("vf-msis"));
+    }
+
     if (option("bench")) {
         bench_run(ncpus, tsc_deadline);
     }
@@ -842,6 +852,10 @@ void bsp_main(void)
     if (timers) {
         puts_serial(" timers=");
         putu_serial(timers);
+    }
+    if (option("vf-msis")) {
+        puts_serial(" vf-msis=");
+        putu_serial(option("vf-msis"));
     }
     if (halts) {
         puts_serial(" halts=");

@@ -49,6 +49,7 @@
 #define VEC_TIMER       0x41
 #define VEC_WAKE        0x42
 #define VEC_BENCH       0x43
+#define VEC_VF          0x44
 #define VEC_SPURIOUS    0xff
 
 /* What an interrupt handler (__attribute__((interrupt))) is given. */
@@ -103,6 +104,8 @@ uint32_t vf_find(void);
 volatile uint32_t *vf_route_msi(uint32_t bdf, uint32_t apic_id,
                                 uint8_t vector);
 void vf_raise_msi(volatile uint32_t *regs);         /* MMIO: volatile */
+/* vf-msis=N: @n MSIs of the VF to the first AP, each while it halts */
+void vf_msis_to_halted_ap(uint32_t n);
 void set_gate(int vec, void *handler);
 
 /* bench.c: the micro-benchmarks ("bench=N") */

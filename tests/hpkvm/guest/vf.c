@@ -75,3 +75,53 @@ void vf_raise_msi(volatile uint32_t *regs)
     regs[IGBVF_EICR / 4] = 1;
     regs[IGBVF_EICS / 4] = 1;
 }
+
+/*
+ * vf-msis=N.  Each MSI goes to the first AP while it halts, some
+ * milliseconds after its HLT: long enough for a host whose HLT exits to
+ * have put the vCPU to sleep, so that the interrupt must wake it (on
+ * AMD, a posted interrupt for a vCPU that is not running goes through
+ * the IOMMU's guest virtual APIC log).  One that does not come within
+ * VF_MSI_WAIT_CYCLES fails the guest.
+ */
+#define VF_MSI_SETTLE_CYCLES    30000000ull
+#define VF_MSI_WAIT_CYCLES      8000000000ull
+
+static uint32_t vf_msis_taken;
+
+__attribute__((interrupt))
+static void vf_msi_handler(void *frame)
+{
+    __atomic_fetch_add(&vf_msis_taken, 1, __ATOMIC_RELEASE);
+    lapic_write(LAPIC_EOI, 0);
+}
+
+void vf_msis_to_halted_ap(uint32_t n)
+{
+    uint32_t vf = vf_find(), halts, i;
+    volatile uint32_t *regs;    /* MMIO: volatile */
+
+    if (vf == VF_NONE) {
+        fail("vf-msis: no igb VF");
+    }
+    set_gate(VEC_VF, vf_msi_handler);
+    regs = vf_route_msi(vf, reported_apic_id[0], VEC_VF);
+    for (i = 0; i < n; i++) {
+        /* The AP counts each HLT it enters, before it enters it. */
+        halts = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
+        if (!wait_for(&halts_entered, halts ? halts : 1,
+                      VF_MSI_WAIT_CYCLES)) {
+            fail("vf-msis: the AP does not halt");
+        }
+        delay_cycles(VF_MSI_SETTLE_CYCLES);
+        halts = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
+        vf_raise_msi(regs);
+        if (!wait_for(&vf_msis_taken, i + 1, VF_MSI_WAIT_CYCLES)) {
+            fail("vf-msis: an MSI to the halted AP did not come");
+        }
+        /* Back in HLT before the next one. */
+        if (!wait_for(&halts_entered, halts + 1, VF_MSI_WAIT_CYCLES)) {
+            fail("vf-msis: the AP does not halt again");
+        }
+    }
+}

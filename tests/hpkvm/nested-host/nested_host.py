@@ -178,9 +178,12 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     (kvm/build-kernel.sh: our series, everything built in; kvm must be
     "hpkvm");
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
-    iommu: emulated VT-d with interrupt remapping; on arm64, an SMMUv3,
-    and the host boots through UEFI with ACPI, as Arm servers do (see
-    below why not with a device tree);
+    iommu: emulated VT-d with interrupt remapping; "amd" (x86): the AMD
+    IOMMU instead, with interrupt remapping, x2APIC and guest virtual
+    APIC mode (patches/0019), in which kvm-amd with avic=1 has the IOMMU
+    post a passed-through device's interrupts to its vCPUs; on arm64, an
+    SMMUv3, and the host boots through UEFI with ACPI, as Arm servers do
+    (see below why not with a device tree);
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
     vfio_vfs of them bound to vfio-pci (vfs=0: no NIC);
     files: {path inside: bytes} added next to the script in /payload;
@@ -288,6 +291,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
             machine += ",iommu=smmuv3"
             firmware = ["-bios", image.arm64_firmware(cache)]
             cmdline.append("acpi=force")
+        elif iommu == "amd":
+            machine += ",kernel-irqchip=split"
         elif iommu:
             cmdline.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
@@ -308,7 +313,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
                "-serial", "chardev:con",
                "-chardev", f"file,id=out,path={output}",
                "-serial", "chardev:out"]
-        if iommu and arch == "x86_64":
+        if iommu == "amd" and arch == "x86_64":
+            cmd += ["-device", "amd-iommu,intremap=on,xtsup=on,vapic=on"]
+        elif iommu and arch == "x86_64":
             cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on"]
         if vfs:
             cmd += ["-device", "pcie-root-port,id=rp0,chassis=1",

@@ -423,6 +423,89 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
         inhibits
 
 
+# The VF's MSIs of the vfio-irte test, each to a halted vCPU.
+VF_MSIS = 40
+
+
+@test
+def our_kvm_grants_vfio_irte_where_the_amd_iommu_posts_to_avic():
+    """The nested host with the AMD IOMMU in guest virtual APIC mode
+    (patches/0018) and kvm-amd avic=1: KVM makes each irqfd route of the
+    igb VF to one vCPU a guest mode IRTE (kvm_pi_irte_update), and our
+    KVM grants vfio-irte on APIC virtualization (kvm/patches/0011), so
+    hpkvm's HPKVM_SET_IRTE calls agree with KVM's routes.  The guest
+    sends VF_MSIS of the VF's MSIs to its first AP while it halts: the
+    host takes none of them (irq_handler_entry of the vfio IRQs), in
+    hpkvm (HLT stays in the guest: the IOMMU rings the doorbell of the
+    core running the vCPU) and in plain kvm with HLT exiting and no
+    halt polling (the vCPU sleeps in the host: the IOMMU logs the
+    interrupt in its GA log and KVM wakes the vCPU from there).  The
+    control is plain kvm with AVIC inhibited (the PIT's tick
+    reinjection): KVM keeps remapped IRTEs, and the host takes every
+    MSI."""
+    res = nested(PAYLOAD_LIB + r"""
+# An igb VF interrupts only while its PF is up (in MSI-X mode).
+for numvfs in /sys/bus/pci/devices/*/sriov_numvfs; do
+    ip link set "$(ls ${numvfs%%/*}/net)" up
+done
+T=/sys/kernel/tracing
+[ -e $T/trace ] || mount -t tracefs none $T
+echo 1 > $T/events/kvm/kvm_pi_irte_update/enable
+echo 1 > $T/events/kvm/kvm_avic_ga_log/enable
+echo 'name ~ "vfio*"' > $T/events/irq/irq_handler_entry/filter
+echo 1 > $T/events/irq/irq_handler_entry/enable
+echo 0 > /sys/module/kvm/parameters/halt_poll_ns
+vf=$(basename "$(readlink /sys/bus/pci/devices/*/virtfn0)")
+echo "vf: $vf $(basename "$(readlink /sys/bus/pci/devices/$vf/driver)")"
+dmesg | grep -o 'AMD-Vi: Virtual APIC enabled' | sed 's/^/dmesg: /'
+vf_run() {
+    label=$1; shift
+    echo > $T/trace
+    guest_qemu "$@" -device vfio-pci,host=$vf \
+        -append "vf-msis=%(msis)d hold" || exit 1
+    guest_cont
+    echo "$label $(wait_serial)"
+    echo "$label hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+    qmp-exec /tmp/qmp.sock quit > /dev/null
+    wait_qemu
+    echo "$label posted: $(grep -c 'PI is enabled' $T/trace)"
+    echo "$label ga-log: $(grep -c kvm_avic_ga_log: $T/trace)"
+    echo "$label host-irqs: $(grep -c irq_handler_entry: $T/trace)"
+}
+vf_run hpkvm -accel %(accel)s -cpu host
+vf_run kvm -accel kvm -cpu host -global kvm-pit.lost_tick_policy=discard
+vf_run inhibited -accel kvm -cpu host
+""" % {"msis": VF_MSIS, "accel": PLACEMENT_ACCEL},
+        iommu="amd", kvm_amd="avic=1", vfs=1, vfio_vfs=1, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "dmesg: ") == \
+        ["AMD-Vi: Virtual APIC enabled"], res.output
+    counts = {}
+    for label in ("hpkvm", "kvm", "inhibited"):
+        serial = lines_with(res.output, f"{label} serial: ")[0]
+        assert "hpkvm-guest: PASS" in serial and \
+            f"vf-msis={VF_MSIS}" in serial, (label, serial)
+        counts[label] = {what: int(lines_with(res.output,
+                                              f"{label} {what}: ")[0])
+                         for what in ("posted", "ga-log", "host-irqs")}
+    print(f"# per mode, for {VF_MSIS} MSIs: {counts}")
+    # Posted: no host interrupt for any of the VF's MSIs.
+    for label in ("hpkvm", "kvm"):
+        assert counts[label]["posted"] >= 1, counts
+        assert counts[label]["host-irqs"] == 0, counts
+    # A vCPU asleep in the host is woken through the GA log.
+    assert counts["kvm"]["ga-log"] >= VF_MSIS // 2, counts
+    # The control: back to remapped IRTEs once the PIT inhibits AVIC, so
+    # the host takes each one.
+    assert counts["inhibited"]["host-irqs"] >= VF_MSIS, counts
+    hp = json.loads(lines_with(res.output, "hpkvm hpkvm: ")[0])["return"]
+    f = feature(hp, "vfio-irte")
+    assert f["granted"] and f["apicv"], f
+    assert f["mechanism"] == "patched-kernel", f
+    assert hp["irte-direct"] >= 1 and hp["irte-fallback"] == 0, hp
+
+
 # The timer test's guest timers, and its PIT: a periodic host timer of
 # the VM's that the guest keeps running (masked), at 1 ms, sooner than
 # a ticking housekeeping core's next event, so that it too stays where
@@ -891,7 +974,10 @@ def our_kvm_enforces_the_contract():
     that this KVM implements, one case each; then again with kvm-amd
     reloaded with avic=1 (x2AVIC, as our TCG's SVM has it), where the
     kernel grants irq-passthrough and ipi-fastpath, on APIC
-    virtualization, which it refuses (ENODEV) without."""
+    virtualization, which it refuses (ENODEV) without.  The nested host
+    has the AMD IOMMU in guest virtual APIC mode, so with avic=1 the
+    kernel grants vfio-irte too, and HPKVM_SET_IRTE checks requests
+    against the irqfd's route."""
     res = nested(r"""
 hpkvm-contract-test --tap 2>&1
 echo "contract-status: $?"
@@ -900,7 +986,7 @@ echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
 hpkvm-contract-test --tap > /tmp/contract.log 2>&1
 echo "avic-contract-status: $?"
 sed 's/^/avic-contract: /' /tmp/contract.log
-""", cpus=4)
+""", cpus=4, iommu="amd")
     print("#", res.output.replace("\n", "\n# "))
     assert res.status == 0, res.output
     assert not re.search(r"^(avic-contract: )?not ok ", res.output, re.M), \
@@ -918,7 +1004,14 @@ sed 's/^/avic-contract: /' /tmp/contract.log
             if "# arch-features " in line]
     assert len(arch) == 2, arch
     assert arch[0].endswith("supported=0x1 granted=0x0 apicv=0x0"), arch
-    assert arch[1].endswith("supported=0xb granted=0xb apicv=0xa"), arch
+    assert arch[1].endswith("supported=0x1b granted=0xb apicv=0xa"), arch
+    # HPKVM_SET_IRTE's case: vfio-irte refused (ENODEV) without AVIC, then
+    # granted on it (0x13: exclusive-cores, irq-passthrough, vfio-irte).
+    irte = [line for line in res.output.splitlines()
+            if "# set-irte " in line]
+    assert len(irte) == 2, irte
+    assert irte[0].endswith("granted=0x1 apicv=0x0 vfio-irte=-19"), irte
+    assert irte[1].endswith("granted=0x13 apicv=0x12 vfio-irte=0"), irte
 
 
 # The LOC counts of cores 0-3 over NOHZ_WINDOWS windows of NOHZ_SECONDS
