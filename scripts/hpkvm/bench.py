@@ -104,9 +104,12 @@ ARCHES = {
         # to reinject lost ticks, which would inhibit AVIC for the VM
         # (Linux 6.1: APICV_INHIBIT_REASON_PIT_REINJ; QEMU's default is
         # to reinject).
+        # The AMD IOMMU in guest virtual APIC mode instead of VT-d, as an
+        # AMD host has it: KVM has it post the VF's MSIs to the vCPU, and
+        # our KVM grants hpkvm vfio-irte on it (kvm/patches/0011).
         # Where kvm-amd cannot enable it (no AVIC in the CPU), the boot
         # stops rather than fill the columns with exits without AVIC.
-        "avic": {"nested": {"kvm_amd": "avic=1"},
+        "avic": {"nested": {"kvm_amd": "avic=1", "iommu": "amd"},
                  "args": " -global kvm-pit.lost_tick_policy=discard",
                  "setup": r"""
 avic=$(cat /sys/module/kvm_amd/parameters/avic)
