@@ -700,23 +700,30 @@ static int contract_set_irte(ContractVm *vm, const struct hpkvm_irte *irte)
 #define CONTRACT_IRTE_GSI       24
 #define CONTRACT_IRTE_VECTOR    0x50
 
-/*
- * An irqfd for @gsi, routed as an x86 MSI to the vCPU with APIC ID 0
- * (the first vCPU's) at @vector; its eventfd.
- */
-static int contract_msi_irqfd(ContractVm *vm, uint32_t gsi, uint32_t vector)
+/* An x86 MSI with @data (vector, delivery mode) to APIC ID 0, at @gsi. */
+static void contract_msi_route(ContractVm *vm, uint32_t gsi, uint32_t data)
 {
     g_autofree struct kvm_irq_routing *routing =
         g_malloc0(sizeof(*routing) + sizeof(routing->entries[0]));
-    struct kvm_irqfd irqfd = { .gsi = gsi };
 
     routing->nr = 1;
     routing->entries[0].gsi = gsi;
     routing->entries[0].type = KVM_IRQ_ROUTING_MSI;
     routing->entries[0].u.msi.address_lo = 0xfee00000;
-    routing->entries[0].u.msi.data = vector;
+    routing->entries[0].u.msi.data = data;
     contract_setup(ioctl(vm->fd, KVM_SET_GSI_ROUTING, routing),
                    "KVM_SET_GSI_ROUTING");
+}
+
+/*
+ * An irqfd for @gsi, routed as a fixed x86 MSI to the vCPU with APIC ID 0
+ * (the first vCPU's) at @vector; its eventfd.
+ */
+static int contract_msi_irqfd(ContractVm *vm, uint32_t gsi, uint32_t vector)
+{
+    struct kvm_irqfd irqfd = { .gsi = gsi };
+
+    contract_msi_route(vm, gsi, vector);
     irqfd.fd = contract_setup(eventfd(0, EFD_CLOEXEC), "eventfd");
     contract_setup(ioctl(vm->fd, KVM_IRQFD, &irqfd), "KVM_IRQFD");
     return irqfd.fd;
@@ -728,7 +735,8 @@ static int contract_msi_irqfd(ContractVm *vm, uint32_t gsi, uint32_t vector)
  * GSI without an irqfd, and 0 otherwise, clearing too.  Where the grant
  * rests on APIC virtualization (x86: the IOMMU entry is KVM's own, which
  * it programs from the irqfd's route), also EINVAL for a request that
- * disagrees with that route: another vector, another vCPU.
+ * disagrees with that route: another vector, another vCPU, a route that
+ * is not a fixed interrupt (lowest priority).
  */
 static void test_set_irte(void)
 {
@@ -784,6 +792,11 @@ static void test_set_irte(void)
         irte = valid;
         irte.vcpu_id = 1;
         g_assert_cmpint(contract_set_irte(&vm, &irte), ==, -EINVAL);
+        /* MSI data bits 10:8, the delivery mode: 001b, lowest priority. */
+        contract_msi_route(&vm, valid.gsi, valid.vector | 1 << 8);
+        g_assert_cmpint(contract_set_irte(&vm, &valid), ==, -EINVAL);
+        contract_msi_route(&vm, valid.gsi, valid.vector);
+        g_assert_cmpint(contract_set_irte(&vm, &valid), ==, 0);
     }
     irte = valid;
     irte.flags = HPKVM_IRTE_CLEAR;

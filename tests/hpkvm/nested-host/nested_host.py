@@ -180,7 +180,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping; "amd" (x86): the AMD
     IOMMU instead, with interrupt remapping, x2APIC and guest virtual
-    APIC mode (patches/0019), in which kvm-amd with avic=1 has the IOMMU
+    APIC mode (patches/0018), in which kvm-amd with avic=1 has the IOMMU
     post a passed-through device's interrupts to its vCPUs; on arm64, an
     SMMUv3, and the host boots through UEFI with ACPI, as Arm servers do
     (see below why not with a device tree);
