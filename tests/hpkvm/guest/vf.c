@@ -106,13 +106,11 @@ void vf_msis_to_halted_ap(uint32_t n)
     }
     set_gate(VEC_VF, vf_msi_handler);
     regs = vf_route_msi(vf, reported_apic_id[0], VEC_VF);
+    /* The AP counts each HLT it enters, before it enters it. */
+    if (!wait_for(&halts_entered, 1, VF_MSI_WAIT_CYCLES)) {
+        fail("vf-msis: the AP does not halt");
+    }
     for (i = 0; i < n; i++) {
-        /* The AP counts each HLT it enters, before it enters it. */
-        halts = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
-        if (!wait_for(&halts_entered, halts ? halts : 1,
-                      VF_MSI_WAIT_CYCLES)) {
-            fail("vf-msis: the AP does not halt");
-        }
         delay_cycles(VF_MSI_SETTLE_CYCLES);
         halts = __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE);
         vf_raise_msi(regs);

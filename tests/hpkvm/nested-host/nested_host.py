@@ -291,10 +291,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
             machine += ",iommu=smmuv3"
             firmware = ["-bios", image.arm64_firmware(cache)]
             cmdline.append("acpi=force")
-        elif iommu == "amd":
-            machine += ",kernel-irqchip=split"
         elif iommu:
-            cmdline.append("intel_iommu=on")
+            if iommu != "amd":
+                cmdline.append("intel_iommu=on")
             machine += ",kernel-irqchip=split"
         # One TCG thread for all vCPUs: with a thread per vCPU, QEMU 10.0
         # lets one vCPU use a stale TLB entry for MMIO while another has
