@@ -577,9 +577,12 @@ def our_kvm_fires_a_dynamic_nohz_vcpus_posted_timer_off_its_core():
         assert feature(hp[label], "irq-passthrough")["granted"], hp[label]
         assert hp[f"{label}:after"]["apicv-inhibits"] == [], hp[label]
         # The trace saw the guest's timers: its 200 LAPIC timers (the
-        # firmware arms none) and its PIT at 1 kHz.
-        assert sum(e[0] for e in expiries[label].values()) >= TIMERS, \
-            (label, expiries)
+        # firmware arms none) and its PIT at 1 kHz.  A deadline already
+        # past when KVM takes the guest's write fires at once, with no
+        # hrtimer (start_sw_tscdeadline()): under TCG the write's exit
+        # can outlast the guest's millisecond, and a CI run saw 197.
+        assert sum(e[0] for e in expiries[label].values()) >= \
+            TIMERS - TIMERS // 10, (label, expiries)
         assert sum(e[1] for e in expiries[label].values()) >= TIMERS, \
             (label, expiries)
     assert on_leased["nohz"] == 0, \
