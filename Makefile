@@ -52,6 +52,7 @@ BUILD_INSTALLED = targets=$$(/usr/bin/python3 \
 CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/qtest/hpkvm-accel-test \
 	tests/qtest/hpkvm-negotiate-test \
+	tests/qtest/hpkvm-amd-iommu-vapic-test \
 	tests/hpkvm/fake-kernel/libhpkvm-fake-kernel.so \
 	tests/unit/test-hpkvm-accel-opts \
 	tests/unit/test-hpkvm-msi \
