@@ -72,7 +72,7 @@ struct hpkvm_enable {
 	__u64 guest_tsc_khz;		/* in: the guest's TSC frequency */
 	__u64 granted;			/* out: HPKVM_FEAT_* */
 	__s32 reason[HPKVM_FEATURE_NR];	/* out: 0 or a negative errno */
-	__u32 pad;
+	__u32 pad[2];			/* in: zero */
 	__u64 apicv;			/* in: zero; out: HPKVM_FEAT_* */
 	__u64 reserved[3];		/* in/out: zero */
 };

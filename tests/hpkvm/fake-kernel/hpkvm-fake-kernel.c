@@ -235,7 +235,7 @@ static const char *fake_enable_invalid(int fd, const struct hpkvm_enable *req)
     int max_vcpus;
     size_t i;
 
-    if (req->flags || req->pad) {
+    if (req->flags || req->pad[0] || req->pad[1]) {
         return "with non-zero flags or pad";
     }
     if (req->apicv) {
