@@ -228,15 +228,23 @@ static void test_vapic_logs_a_sleeping_vcpu(void)
     g_assert_cmphex(vapic_galog_entry(t, AMDVI_GALOG_ENTRY_SIZE), ==, entry);
     g_assert_cmphex(vapic_reg(t, AMDVI_MMIO_GA_LOG_TAIL), ==,
                     2 * AMDVI_GALOG_ENTRY_SIZE);
+
+    /* A new log base starts the log over: head and tail read 0. */
+    vapic_set_reg(t, AMDVI_MMIO_GA_LOG_HEAD, AMDVI_GALOG_ENTRY_SIZE);
+    vapic_set_reg(t, AMDVI_MMIO_GA_LOG_BASE,
+                  GALOG_ADDR | (GALOG_LEN_CODE << AMDVI_MMIO_GALOG_SIZE_SHIFT));
+    g_assert_cmphex(vapic_reg(t, AMDVI_MMIO_GA_LOG_HEAD), ==, 0);
+    g_assert_cmphex(vapic_reg(t, AMDVI_MMIO_GA_LOG_TAIL), ==, 0);
     vapic_end(t);
 }
 
 /*
  * A full log stops: GALogOverflow set, GALogRun clear, nothing more
  * logged (the IRR still gets the vector), however else the control
- * register is written, until software clears the overflow and writes
- * GALogEn 0, then 1 (Linux's amd_iommu_restart_ga_log()); then the log
- * goes on at its tail, wrapping to its start.
+ * register is written and while the overflow bit is set, until software
+ * clears it and writes GALogEn 0, then 1 (Linux's
+ * amd_iommu_restart_ga_log()); then the log goes on at its tail,
+ * wrapping to its start.
  */
 static void test_vapic_full_log_stops_until_restarted(void)
 {
@@ -273,10 +281,18 @@ static void test_vapic_full_log_stops_until_restarted(void)
     g_assert_false(vapic_status(t) & AMDVI_MMIO_STATUS_GALOG_RUN);
     g_assert_cmphex(vapic_galog_entry(t, last), ==, 0);
 
+    /* GALogEn 0, then 1, with the overflow bit still set: nothing. */
+    vapic_set_control(t, t->control & ~AMDVI_MMIO_CONTROL_GALOGEN);
+    vapic_set_control(t, CONTROL_VAPIC);
+    vapic_send_msi(t);
+    g_assert_cmphex(vapic_galog_entry(t, last), ==, 0);
+
     /* amd_iommu_restart_ga_log() */
     vapic_set_control(t, t->control & ~(AMDVI_MMIO_CONTROL_GALOGEN |
                                         AMDVI_MMIO_CONTROL_GAINTEN));
     vapic_set_reg(t, AMDVI_MMIO_STATUS, AMDVI_MMIO_STATUS_GALOG_OVF);
+    /* A write clears only the bits it sets: GAInt is still pending. */
+    g_assert(vapic_status(t) & AMDVI_MMIO_STATUS_GALOG_INT);
     vapic_set_control(t, CONTROL_VAPIC);
     g_assert_cmphex(vapic_status(t) & (AMDVI_MMIO_STATUS_GALOG_RUN |
                                        AMDVI_MMIO_STATUS_GALOG_OVF), ==,
@@ -306,10 +322,11 @@ static void test_vapic_off_posts_nothing(void)
 static void test_vapic_needs_tcg(void)
 {
     const char *qemu = g_getenv("QTEST_QEMU_BINARY");
+    /* timeout(1): a QEMU that accepted the device would wait at -S. */
     const char *argv[] = {
-        qemu, "-M", "q35", "-accel", "qtest", "-S", "-nodefaults",
-        "-display", "none", "-device", "amd-iommu,intremap=on,vapic=on",
-        NULL,
+        "timeout", "60", qemu, "-M", "q35", "-accel", "qtest", "-S",
+        "-nodefaults", "-display", "none",
+        "-device", "amd-iommu,intremap=on,vapic=on", NULL,
     };
     g_autofree char *out = NULL;
     g_autofree char *err = NULL;
@@ -317,8 +334,8 @@ static void test_vapic_needs_tcg(void)
     int status;
 
     g_assert(qemu);
-    g_assert(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT, NULL,
-                          NULL, &out, &err, &status, &error));
+    g_assert(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_SEARCH_PATH,
+                          NULL, NULL, &out, &err, &status, &error));
     g_assert_no_error(error);
     g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
     g_assert_nonnull(strstr(err, "vapic=on needs TCG"));
