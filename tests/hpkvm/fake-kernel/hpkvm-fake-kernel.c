@@ -49,8 +49,9 @@
  *     the calling thread's affinity (which also covers offline and
  *     unknown CPUs); E2BIG beyond the nr_vcpus announced in HPKVM_ENABLE;
  *     then the script (bind=).
- *   KVM_RUN of a bound vCPU from another thread than the binder: EPERM
- *     (and the vCPU does not count as run).
+ *   KVM_RUN of a bound vCPU from another thread than the binder, and of
+ *     a vCPU never bound in a VM granted exclusive-cores: EPERM (and the
+ *     vCPU does not count as run).
  *   HPKVM_SET_IRTE: EINVAL without vfio-irte granted, for non-zero
  *     reserved fields or unknown flags, a vector outside 16-255 or a GSI
  *     without an irqfd (kvm/patches/0010); then the script (irte=).  Not
@@ -61,9 +62,11 @@
  * another VM's vCPU, the last core kept for the host, cores taken from a
  * stopped VM), E2BIG for exclusive-cores at HPKVM_ENABLE when nr_vcpus
  * exceeds this machine's cores (supported=, grant= and refuse= script
- * the machine), the pinning of the thread at HPKVM_BIND_VCPU, its
- * PF_NO_SETAFFINITY and the EPERM of a KVM_RUN whose thread left its
- * core (QEMU pins the thread itself first), the irqchip (the
+ * the machine), the host's list of cores VMs may have (kvm.hpkvm_cores:
+ * EPERM at HPKVM_BIND_VCPU outside it), the pinning of the thread at
+ * HPKVM_BIND_VCPU, its PF_NO_SETAFFINITY and the EPERM of a KVM_RUN
+ * whose thread left its core (QEMU pins the thread itself first), the
+ * irqchip (the
  * reference kernel refuses irq-passthrough and ipi-fastpath without it,
  * EINVAL on x86; QEMU checks it itself first), and dynamic-nohz's rules
  * in kvm/patches/0005 (ENODEV without nohz_full=, E2BIG for more vCPUs
@@ -416,9 +419,10 @@ static int fake_bind(FakeVcpu *vcpu, struct hpkvm_vcpu_bind *bind)
 }
 
 /*
- * KVM_RUN, before the real one: a bound vCPU enters only from its own
- * thread (EPERM).  One that may enter counts as run from then on, for
- * KVM_RUN returns only at the next exit.
+ * KVM_RUN, before the real one: a vCPU of a VM granted exclusive-cores
+ * enters only bound, and from its own thread (EPERM).  One that may
+ * enter counts as run from then on, for KVM_RUN returns only at the next
+ * exit.
  */
 static int fake_run(int fd)
 {
@@ -429,6 +433,10 @@ static int fake_run(int fd)
         return 0;
     }
     tid = syscall(SYS_gettid);
+    if (!vcpu->binder && (vcpu->vm->granted & HPKVM_FEAT_EXCLUSIVE_CORES)) {
+        return fake_refuse(EPERM, "KVM_RUN of a vCPU never bound, in a VM "
+                           "granted exclusive-cores");
+    }
     if (vcpu->binder && vcpu->binder != tid) {
         return fake_refuse(EPERM, "KVM_RUN of a vCPU bound by tid=%d from "
                            "tid=%d", (int)vcpu->binder, (int)tid);

@@ -61,13 +61,14 @@ CASES = [
     "/hpkvm-contract/enable/dependencies",
     "/hpkvm-contract/enable/invalid",
     "/hpkvm-contract/enable/once",
+    "/hpkvm-contract/set-irte",
     "/hpkvm-contract/order/after-vcpu",
     "/hpkvm-contract/order/disable-before-vcpu",
     "/hpkvm-contract/bind/without-grant",
     "/hpkvm-contract/bind/invalid",
     "/hpkvm-contract/bind/more-than-announced",
-    "/hpkvm-contract/bind/after-run",
     "/hpkvm-contract/bind/one-vcpu-per-thread",
+    "/hpkvm-contract/run/unbound",
     "/hpkvm-contract/run/other-thread",
 ]
 
@@ -81,6 +82,10 @@ EXCLUDED = {
         "the kernel pins the thread and sets PF_NO_SETAFFINITY, so that "
         "sched_setaffinity() fails; the double intercepts ioctl() only "
         "(QEMU pins the thread itself first)",
+    "/hpkvm-contract/bind/host-cores":
+        "the host's list of bindable cores is the reference kernel's "
+        "kvm.hpkvm_cores parameter, in sysfs; the double has no module "
+        "and no parameter",
     "/hpkvm-contract/bind/take-from-stopped-vm":
         "needs the kernel's table of held cores across VMs (EBUSY at "
         "KVM_RUN once another VM took the core)",

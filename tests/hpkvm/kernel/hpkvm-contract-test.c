@@ -20,6 +20,11 @@
  * or EPERM a refusal, and no guest memory or way to stop a guest is
  * needed.
  *
+ * One case (bind/host-cores) changes a host-wide setting, the kernel's
+ * kvm.hpkvm_cores, and puts it back before it checks anything; it needs
+ * the reference kernel's parameter, and the others need every core of
+ * this process's affinity in it (the default, every core).
+ *
  * A bind pins the calling thread for good (PF_NO_SETAFFINITY), so the
  * main thread never binds: a vCPU's thread is a ContractWorker, which runs
  * what the test hands it and ends with the test.  A vCPU keeps its core
@@ -1164,24 +1169,36 @@ static void test_bind_more_than_announced(void)
     contract_vm_free(&vm);
 }
 
-/* Binding is before the vCPU's first KVM_RUN: EBUSY after it. */
-static void test_bind_after_run(void)
+/*
+ * A vCPU of an exclusive-cores VM runs bound or not at all (EPERM): the
+ * guest was promised a core per vCPU.  The refused KVM_RUN is no first
+ * run, so the vCPU still binds, and then runs.  A VM without the grant
+ * is not hpkvm's to refuse: its vCPU just runs.
+ */
+static void test_run_unbound(void)
 {
+    ContractVcpu vcpu, plain_vcpu;
+    ContractVm vm, plain_vm;
     ContractWorker *w;
-    ContractVcpu vcpu;
-    ContractVm vm;
 
     contract_vm_new(&vm);
     contract_vm_exclusive(&vm, 1);
     contract_vcpu_new(&vm, 0, &vcpu);
     w = contract_worker_new();
-    /* An unbound vCPU is not hpkvm's to refuse: it just runs. */
+    g_assert_cmpint(contract_run(w, &vcpu), ==, -EPERM);
+    g_assert_cmpint(contract_bind(w, &vcpu, contract_last_cpu()), ==, 0);
     g_assert_cmpint(contract_run(w, &vcpu), ==, -EINTR);
-    g_assert_cmpint(contract_bind(w, &vcpu, contract_last_cpu()), ==,
-                    -EBUSY);
     contract_worker_free(w);
     contract_vcpu_free(&vcpu);
     contract_vm_free(&vm);
+
+    contract_vm_new(&plain_vm);
+    contract_vcpu_new(&plain_vm, 0, &plain_vcpu);
+    w = contract_worker_new();
+    g_assert_cmpint(contract_run(w, &plain_vcpu), ==, -EINTR);
+    contract_worker_free(w);
+    contract_vcpu_free(&plain_vcpu);
+    contract_vm_free(&plain_vm);
 }
 
 /*
@@ -1254,6 +1271,84 @@ static void test_bind_take_from_stopped_vm(void)
     contract_worker_free(ta);
     contract_vcpu_free(&vcpu_a);
     contract_vm_free(&vm_a);
+}
+
+/* The reference kernel's cores hpkvm may bind (kvm/patches/0004). */
+#define CONTRACT_HOST_CORES "/sys/module/kvm/parameters/hpkvm_cores"
+
+/* Write @text to the parameter file @path: 0 or -errno. */
+static int contract_write_param(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY);
+    ssize_t n;
+    int err;
+
+    if (fd < 0) {
+        return -errno;
+    }
+    n = write(fd, text, strlen(text));
+    err = n < 0 ? -errno : 0;
+    close(fd);
+    return err;
+}
+
+/*
+ * The host names the cores hpkvm may bind (kvm.hpkvm_cores, every core
+ * by default): with none named, a bind is EPERM (and changes nothing: the
+ * same thread binds once the core is named again) and exclusive-cores is
+ * E2BIG, there being fewer cores than vCPUs; a list that does not parse
+ * is EINVAL and changes nothing.  The parameter is restored before any
+ * check, so that a failure leaves the host as it was.
+ */
+static void test_bind_host_cores(void)
+{
+    g_autofree char *saved = NULL, *emptied = NULL, *after_invalid = NULL;
+    g_autofree char *restored = NULL;
+    unsigned int cpu = contract_last_cpu();
+    int set_empty, set_invalid, set_saved, bind_outside, bind_inside;
+    struct hpkvm_enable req = contract_exclusive_req(1);
+    ContractVm vm, vm_enable;
+    GError *err = NULL;
+    ContractVcpu vcpu;
+    ContractWorker *w;
+    int enable;
+
+    g_file_get_contents(CONTRACT_HOST_CORES, &saved, NULL, &err);
+    g_assert_no_error(err);
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    contract_vm_new(&vm_enable);
+    w = contract_worker_new();
+
+    set_empty = contract_write_param(CONTRACT_HOST_CORES, "\n");
+    g_file_get_contents(CONTRACT_HOST_CORES, &emptied, NULL, NULL);
+    bind_outside = contract_bind(w, &vcpu, cpu);
+    enable = contract_enable(&vm_enable, &req);
+    set_invalid = contract_write_param(CONTRACT_HOST_CORES, "no-such-cpu");
+    g_file_get_contents(CONTRACT_HOST_CORES, &after_invalid, NULL, NULL);
+    set_saved = contract_write_param(CONTRACT_HOST_CORES, saved);
+    g_file_get_contents(CONTRACT_HOST_CORES, &restored, NULL, NULL);
+    bind_inside = contract_bind(w, &vcpu, cpu);
+
+    g_assert_cmpint(set_saved, ==, 0);
+    g_assert_cmpstr(restored, ==, saved);
+    g_assert_cmpint(set_empty, ==, 0);
+    g_assert_cmpstr(emptied, ==, "\n");
+    g_assert_cmpint(bind_outside, ==, -EPERM);
+    g_assert_cmpint(enable, ==, 0);
+    g_assert_cmphex(req.granted, ==, 0);
+    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
+                    -E2BIG);
+    g_assert_cmpint(set_invalid, ==, -EINVAL);
+    g_assert_cmpstr(after_invalid, ==, "\n");
+    g_assert_cmpint(bind_inside, ==, 0);
+    g_assert_cmpint(contract_run(w, &vcpu), ==, -EINTR);
+
+    contract_worker_free(w);
+    contract_vm_free(&vm_enable);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
 }
 
 /* A bound vCPU runs from its own thread only: EPERM from another. */
@@ -1377,13 +1472,14 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm-contract/bind/invalid", test_bind_invalid);
     g_test_add_func("/hpkvm-contract/bind/more-than-announced",
                     test_bind_more_than_announced);
-    g_test_add_func("/hpkvm-contract/bind/after-run", test_bind_after_run);
     g_test_add_func("/hpkvm-contract/bind/one-vcpu-per-thread",
                     test_bind_one_vcpu_per_thread);
     g_test_add_func("/hpkvm-contract/bind/take-from-stopped-vm",
                     test_bind_take_from_stopped_vm);
     g_test_add_func("/hpkvm-contract/bind/last-core-is-the-hosts",
                     test_bind_last_core_is_the_hosts);
+    g_test_add_func("/hpkvm-contract/bind/host-cores", test_bind_host_cores);
+    g_test_add_func("/hpkvm-contract/run/unbound", test_run_unbound);
     g_test_add_func("/hpkvm-contract/run/other-thread",
                     test_run_other_thread);
 

@@ -574,7 +574,7 @@ finish_qemu
     assert not [ln for ln in contract if ln.startswith("not ok")], contract
     for case in ("caps/dynamic-nohz", "enable/dynamic-nohz",
                  "bind/dynamic-nohz-outside-nohz-full",
-                 "bind/pins-thread", "run/other-thread"):
+                 "bind/pins-thread", "run/unbound", "run/other-thread"):
         line = [ln for ln in contract
                 if ln.endswith(f"/hpkvm-contract/{case}")]
         assert line and line[0].startswith("ok "), (case, contract)
