@@ -83,6 +83,8 @@ GStrv hpkvm_host_list(const HpkvmHost *h, const char *path);
 
 bool hpkvm_host_read_cpus(const HpkvmHost *h, const char *path,
                           HpkvmCpuSet *cpus, Error **errp);
+/* The cores the reference kernel may bind vCPUs to (kvm/patches/0004). */
+#define HPKVM_HOST_KVM_CORES "/sys/module/kvm/parameters/hpkvm_cores"
 /* The host's nohz_full= cores: empty if booted without, or unreadable. */
 void hpkvm_host_nohz_full(const HpkvmHost *h, HpkvmCpuSet *cpus);
 /*

@@ -81,6 +81,19 @@ bool hpkvm_wants_own_cores(HPKVMState *s)
            ON_OFF_AUTO_OFF && s->host_cpus_opt;
 }
 
+/* The first vCPU whose host core is not one of @cores, or -1. */
+static int negotiate_vcpu_outside(HPKVMState *s, const HpkvmCpuSet *cores)
+{
+    unsigned i;
+
+    for (i = 0; i < s->max_vcpus; i++) {
+        if (!hpkvm_cpuset_has(cores, s->vcpu_core[i])) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 /*
  * On a host booted with nohz_full=, the tick stops on those cores: Linux
  * fixes them at boot, and a kernel that grants dynamic-nohz there refuses
@@ -93,7 +106,7 @@ static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
 {
     g_autofree char *list = NULL;
     HpkvmCpuSet nohz;
-    unsigned i;
+    int i;
 
     if (s->cores_pending) {
         return NULL;
@@ -102,17 +115,70 @@ static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
     if (hpkvm_cpuset_empty(&nohz)) {
         return NULL;
     }
-    for (i = 0; i < s->max_vcpus; i++) {
-        if (!hpkvm_cpuset_has(&nohz, s->vcpu_core[i])) {
-            list = hpkvm_cpuset_format(&nohz);
-            *owned = g_strdup_printf(
-                "needs the vCPUs' host cores within the host's "
-                "nohz_full= (%s), and host core %u is not: list only "
-                "those in host-cpus=", list, s->vcpu_core[i]);
-            return *owned;
-        }
+    i = negotiate_vcpu_outside(s, &nohz);
+    if (i < 0) {
+        return NULL;
     }
-    return NULL;
+    list = hpkvm_cpuset_format(&nohz);
+    *owned = g_strdup_printf("needs the vCPUs' host cores within the host's "
+                             "nohz_full= (%s), and host core %u is not: list "
+                             "only those in host-cpus=", list,
+                             s->vcpu_core[i]);
+    return *owned;
+}
+
+/*
+ * The reference kernel binds vCPUs only to the cores its hpkvm_cores
+ * parameter names (kvm/patches/0004; every core unless the host's
+ * administrator narrowed it), refusing others with EPERM, which would
+ * stop the VM at the bind.  So ask for exclusive cores only if every
+ * vCPU's core is one of them; a kernel without the parameter answers for
+ * itself, and with host-cpus=pinned the bind decides.
+ */
+static const char *negotiate_bindable_cores(HPKVMState *s, char **owned)
+{
+    g_autofree char *list = NULL;
+    HpkvmCpuSet bindable;
+    int i;
+
+    if (s->cores_pending ||
+        !hpkvm_host_read_cpus(&s->host, HPKVM_HOST_KVM_CORES, &bindable,
+                              NULL)) {
+        return NULL;
+    }
+    i = negotiate_vcpu_outside(s, &bindable);
+    if (i < 0) {
+        return NULL;
+    }
+    list = hpkvm_cpuset_format(&bindable);
+    *owned = g_strdup_printf("needs the vCPUs' host cores within those the "
+                             "host's KVM may bind (%s: %s), and host core %u "
+                             "is not: list only those in host-cpus=, or have "
+                             "the host's administrator add it there",
+                             HPKVM_HOST_KVM_CORES, *list ? list : "none",
+                             s->vcpu_core[i]);
+    return *owned;
+}
+
+/*
+ * What builds on exclusive cores (the interrupt features, dynamic nohz)
+ * cannot be asked for without them: why not, with the fix, or NULL.
+ */
+static const char *negotiate_needs_cores(HPKVMState *s, char **owned)
+{
+    g_autofree char *why = NULL;
+    const char *unmet;
+
+    if (!hpkvm_wants_own_cores(s)) {
+        return "needs exclusive-cores, on cores of its own: give host-cpus= "
+               "(and exclusive-cores auto or on)";
+    }
+    unmet = negotiate_bindable_cores(s, &why);
+    if (!unmet) {
+        return NULL;
+    }
+    *owned = g_strdup_printf("needs exclusive-cores, which %s", unmet);
+    return *owned;
 }
 
 /*
@@ -123,9 +189,6 @@ static const char *negotiate_nohz_cores(HPKVMState *s, char **owned)
 static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
                                      const HpkvmGuestFacts *g, char **owned)
 {
-    static const char needs_cores[] =
-        "needs exclusive-cores, on cores of its own: give host-cpus= (and "
-        "exclusive-cores auto or on)";
     bool needs_irqchip = f == HPKVM_FEATURE_IRQ_PASSTHROUGH ||
                          f == HPKVM_FEATURE_TIMER_PASSTHROUGH ||
                          f == HPKVM_FEATURE_IPI_FASTPATH ||
@@ -138,7 +201,7 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
     }
     switch (f) {
     case HPKVM_FEATURE_EXCLUSIVE_CORES:
-        return hpkvm_wants_own_cores(s) ? NULL :
+        return hpkvm_wants_own_cores(s) ? negotiate_bindable_cores(s, owned) :
                "needs cores of its own: give host-cpus=";
     case HPKVM_FEATURE_VFIO_IRTE:
         if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
@@ -154,10 +217,10 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
          * refuses them without exclusive-cores).
          */
         unmet = hpkvm_arch_unmet_requirement(s, f, g, owned);
-        return unmet ?: hpkvm_wants_own_cores(s) ? NULL : needs_cores;
+        return unmet ?: negotiate_needs_cores(s, owned);
     case HPKVM_FEATURE_DYNAMIC_NOHZ:
-        return hpkvm_wants_own_cores(s) ? negotiate_nohz_cores(s, owned) :
-               needs_cores;
+        unmet = negotiate_needs_cores(s, owned);
+        return unmet ?: negotiate_nohz_cores(s, owned);
     default:
         return hpkvm_arch_unmet_requirement(s, f, g, owned);
     }

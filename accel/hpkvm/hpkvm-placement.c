@@ -109,6 +109,7 @@ typedef struct BindWork {
     HPKVMState *s;
     bool may_defer;
     int ret;
+    int kernel_ret;     /* HPKVM_BIND_VCPU's, if QEMU's own pin succeeded */
     bool deferred;
 } BindWork;
 
@@ -150,7 +151,7 @@ static void placement_bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
     } else if (!w->ret &&
                s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
         kernel_ret = hpkvm_kernel_bind_vcpu(cpu, core);
-        w->ret = kernel_ret;
+        w->ret = w->kernel_ret = kernel_ret;
     }
     s->vcpu_tid[cpu->cpu_index] = qemu_get_thread_id();
     trace_hpkvm_bind_vcpu(cpu->cpu_index, core, s->vcpu_tid[cpu->cpu_index],
@@ -175,6 +176,13 @@ static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
         error_setg(errp, "cannot bind vCPU %d to host core %u: %s",
                    cpu->cpu_index, s->vcpu_core[cpu->cpu_index],
                    strerror(-w.ret));
+        if (w.kernel_ret == -EPERM) {
+            error_append_hint(errp, "The host's KVM binds vCPUs only to the "
+                              "cores its policy allows (the reference "
+                              "kernel: %s); use host cores within them, or "
+                              "have the host's administrator add this one "
+                              "there.\n", HPKVM_HOST_KVM_CORES);
+        }
         return false;
     }
     return true;

@@ -238,6 +238,51 @@ static void check_host_cpus(Ctx *c)
               "cores %s are online; %s stay the host's", cores_s, left_s);
 }
 
+/*
+ * hpkvm's reference KVM binds vCPUs only to the cores its hpkvm_cores
+ * parameter names (every core unless the host's administrator narrowed
+ * it): a leased core outside is one whose vCPU the kernel will not bind.
+ */
+static void check_kvm_cores(Ctx *c)
+{
+    g_autofree char *text = check_read_trimmed(c, HPKVM_HOST_KVM_CORES);
+    g_autofree char *list = NULL, *miss_s = NULL, *fix = NULL;
+    HpkvmCpuSet bindable, missing;
+
+    if (!text ||
+        !hpkvm_cpuset_parse(text, &bindable, HPKVM_HOST_KVM_CORES, NULL)) {
+        check_add(c, "kvm-cores", INFO, NULL, "no kvm.hpkvm_cores that this "
+                  "tool can read: the kernel is not hpkvm's reference KVM "
+                  "(its own policy decides which cores it binds vCPUs to), "
+                  "or the host has more CPUs than hpkvm handles");
+        return;
+    }
+    list = hpkvm_cpuset_format(&bindable);
+    if (!*list) {
+        g_free(list);
+        list = g_strdup("none");
+    }
+    if (!c->have_cores) {
+        check_add(c, "kvm-cores", INFO, NULL, "the kernel binds vCPUs to "
+                  "cores %s (kvm.hpkvm_cores)", list);
+        return;
+    }
+    hpkvm_cpuset_andnot(&missing, &c->cores, &bindable);
+    if (hpkvm_cpuset_empty(&missing)) {
+        check_add(c, "kvm-cores", OK, NULL, "the kernel binds vCPUs to the "
+                  "cores (kvm.hpkvm_cores: %s)", list);
+        return;
+    }
+    miss_s = hpkvm_cpuset_format(&missing);
+    fix = g_strdup_printf("add %s to kvm.hpkvm_cores: in %s as root, and "
+                          "for good on the kernel command line (or in "
+                          "/etc/modprobe.d where KVM is a module)", miss_s,
+                          HPKVM_HOST_KVM_CORES);
+    check_add(c, "kvm-cores", WARN, fix, "the kernel does not bind vCPUs to "
+              "%s (kvm.hpkvm_cores: %s): exclusive-cores=auto goes without "
+              "it, exclusive-cores=on does not start", miss_s, list);
+}
+
 static void check_cpus_file(Ctx *c, const char *name, HpkvmCpuSet *set)
 {
     g_autofree char *path = g_strdup_printf("/sys/devices/system/cpu/%s",
@@ -806,6 +851,7 @@ int main(int argc, char **argv)
 
     check_host_cpus(&c);
     check_kvm(&c);
+    check_kvm_cores(&c);
     check_iommu(&c);
     check_isolation(&c);
     check_nic_irqs(&c);

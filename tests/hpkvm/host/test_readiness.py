@@ -38,6 +38,7 @@ def ready_host(root):
     w(root, f"{cpu}/online", "0-3\n")
     w(root, f"{cpu}/isolated", "2-3\n")
     w(root, f"{cpu}/nohz_full", "2-3\n")
+    w(root, "/sys/module/kvm/parameters/hpkvm_cores", "0-3\n")
     for n in range(4):
         w(root, f"{cpu}/cpu{n}/cpufreq/scaling_governor", "performance\n")
     w(root, "/sys/devices/system/clocksource/clocksource0/"
@@ -107,6 +108,10 @@ def a_ready_host_passes():
             "a peer listens on /run/vs0", by["vhost-user"]
         # The kernel's extension needs ioctls: only on the real host.
         assert by["hpkvm-kernel"][0]["verdict"] == "info"
+        assert by["kvm-cores"][0]["message"] == \
+            "the kernel binds vCPUs to the cores (kvm.hpkvm_cores: 0-3)", \
+            by["kvm-cores"]
+        assert by["kvm-cores"][0]["verdict"] == "ok", by["kvm-cores"]
 
 
 @tests.case
@@ -217,6 +222,9 @@ def each_problem_is_found_with_its_fix():
         expect(by, "iommu", "warn", "intel_iommu=on")
         expect(by, "irq-remapping", "warn", "intremap=on")
         expect(by, "isolated-cores", "warn", "isolcpus=3-4 nohz_full=3-4")
+        expect(by, "kvm-cores", "warn", "add 4 to kvm.hpkvm_cores")
+        assert "exclusive-cores=on does not start" in \
+            by["kvm-cores"][0]["message"], by["kvm-cores"]
         expect(by, "nic-irq-affinity", "warn",
                "/proc/irq/40/smp_affinity_list")
         expect(by, "nic-irq-affinity", "warn",
@@ -297,6 +305,12 @@ def an_arm64_host_gets_arm64s_advice():
         expect(by, "gic-its", "warn", "ITS")
         expect(by, "gicv4", "info", "kvm-arm.vgic_v4_enable=1")
         expect(by, "clocksource", "warn", "architected timer")
+        assert by["kvm-cores"][0]["verdict"] == "ok", by["kvm-cores"]
+        # Another kernel than the reference KVM: its policy, not ours.
+        os.unlink(r("/sys/module/kvm/parameters/hpkvm_cores"))
+        _, _, by = check(root, "--arch=aarch64", "--host-cpus=2-3")
+        expect(by, "kvm-cores", "info", "")
+        assert "not hpkvm's reference KVM" in by["kvm-cores"][0]["message"]
         text = json.dumps(by)
         for x86 in ("intel_iommu", "intremap", "tsc=reliable", "kvm_amd"):
             assert x86 not in text, (x86, by)

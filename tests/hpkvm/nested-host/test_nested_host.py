@@ -643,8 +643,10 @@ def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     longer movable; what that KVM does not implement is refused with the
     reason and falls back, as are dynamic-nohz on this nested host booted
     without nohz_full= and the interrupt features on its kvm-amd without
-    AVIC (avic=0, the default); the guest passes.  With kvm.enable_hpkvm=0 the
-    same KVM answers as a stock one and QEMU falls back."""
+    AVIC (avic=0, the default); the guest passes.  With kvm.hpkvm_cores
+    not naming a leased core QEMU does not ask (auto) or fails with the
+    fix (on).  With kvm.enable_hpkvm=0 the same KVM answers as a stock one
+    and QEMU falls back."""
     res = nested(PAYLOAD_LIB + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 echo "tainted: $(cat /proc/sys/kernel/tainted)"
@@ -656,6 +658,18 @@ for tid in $(echo "$hp" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
     echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
 done
 guest_finish
+# The host keeps core 2 from hpkvm: QEMU does not ask (auto), or says why.
+bindable=$(cat /sys/module/kvm/parameters/hpkvm_cores)
+echo 3 > /sys/module/kvm/parameters/hpkvm_cores
+echo "bindable: $(cat /sys/module/kvm/parameters/hpkvm_cores)"
+guest_qemu -accel %(accel)s -cpu host || exit 1
+echo "narrowed: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+timeout 120 qemu-system-x86_64 -machine pc -smp 2 -S -nodefaults \
+    -display none -kernel "$HPKVM_GUEST" -cpu host \
+    -accel %(accel)s,exclusive-cores=on 2>&1 | sed 's/^/narrowed-on: /'
+echo "$bindable" > /sys/module/kvm/parameters/hpkvm_cores
 echo N > /sys/module/kvm/parameters/enable_hpkvm
 guest_qemu -accel %(accel)s -cpu host || exit 1
 echo "off: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
@@ -693,6 +707,21 @@ wait_qemu
     assert lines_with(res.output, "status: ") == ["1"], res.output
     serial = lines_with(res.output, "serial: ")[0]
     assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
+    # kvm.hpkvm_cores without core 2: auto runs without the grant, saying
+    # why and what to change; on does not start.
+    assert lines_with(res.output, "bindable: ") == ["3"], res.output
+    narrowed = json.loads(lines_with(res.output, "narrowed: ")[0])["return"]
+    cores = feature(narrowed, "exclusive-cores")
+    why = ("needs the vCPUs' host cores within those the host's KVM may "
+           "bind (/sys/module/kvm/parameters/hpkvm_cores: 3), and host "
+           "core 2 is not: list only those in host-cpus=")
+    assert not cores["granted"] and why in cores["reason"], cores
+    # What builds on exclusive-cores is not asked for either, and says why.
+    for name in ("irq-passthrough", "dynamic-nohz"):
+        f = feature(narrowed, name)
+        assert "needs exclusive-cores, which " + why in f["reason"], f
+    refused = "\n".join(lines_with(res.output, "narrowed-on: "))
+    assert "exclusive-cores=on " + why in refused, refused
     off = json.loads(lines_with(res.output, "off: ")[0])["return"]
     assert off["kernel-version"] == 0, off
     cores = feature(off, "exclusive-cores")
