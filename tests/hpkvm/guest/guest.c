@@ -9,6 +9,9 @@
  * Options on the multiboot command line (-append):
  *   halts=N   then wake the first AP N times by IPI from HLT (a workload
  *             for counting halt exits)
+ *   halt-cycles=N  with halts=, leave the AP halted N TSC cycles before
+ *             each IPI, so that what the host does meanwhile (e.g. write
+ *             protect memory for dirty logging) meets the IPI's delivery
  *   hold      after the result line, halt instead of ending QEMU, so the
  *             host can read statistics first
  *   msix      program the MSI-X table of the first PCI function that has
@@ -465,7 +468,7 @@ uint64_t option(const char *name)
  * ended without an IPI (e.g. a hypervisor re-entering the guest after a
  * native HLT).
  */
-static uint32_t wake_ap(uint32_t n, uint32_t *retries)
+static uint32_t wake_ap(uint32_t n, uint64_t halt_cycles, uint32_t *retries)
 {
     uint32_t apic_id = __atomic_load_n(&reported_apic_id[0], __ATOMIC_RELAXED);
     uint32_t i;
@@ -475,6 +478,7 @@ static uint32_t wake_ap(uint32_t n, uint32_t *retries)
         return 0;
     }
     for (i = 0; i < n; i++) {
+        delay_cycles(halt_cycles);
         send_ipi(apic_id, ICR_FIXED | VEC_WAKE);
         while (!wait_for(&halts_entered, i + 2, WAKE_RETRY_CYCLES)) {
             if (++*retries > n) {
@@ -788,7 +792,7 @@ void bsp_main(void)
         if (ncpus < 2) {
             fail("halts= needs a second vCPU");
         }
-        woken = wake_ap(halts, &retries);
+        woken = wake_ap(halts, option("halt-cycles"), &retries);
         if (woken < halts) {
             fail("the AP stopped waking up from HLT");
         }

@@ -423,6 +423,67 @@ dmesg | grep -o 'x2AVIC enabled' | sed 's/^/dmesg: /'
         inhibits
 
 
+# The AP's HLTs under dirty logging, each some milliseconds long, so that
+# most write protections of the guest's memory find the AP halted.
+DIRTY_HALTS = 4000
+DIRTY_HALT_CYCLES = 10000000
+# Dirty-logging rounds the test needs to have seen: without patches/0021
+# the guest stopped within the first few.
+DIRTY_ROUNDS_MIN = 10
+
+
+@test
+def avic_delivers_to_a_halted_vcpu_under_dirty_logging():
+    """Dirty logging, as live migration does it, write-protects the
+    guest's memory again and again.  An IPI that AVIC (our TCG's) delivers
+    to a vCPU halted meanwhile faults on the vCPU's stack in the middle of
+    its delivery: a nested page fault, after which KVM injects the
+    interrupt again from EXITINTINFO.  TCG reported it there as an
+    exception, which VMRUN refuses for a vector of 32 or more, and the
+    guest stopped (KVM: entry failed; patches/0021).  The guest's AP
+    halts some milliseconds before each of its IPIs while QEMU's
+    calc-dirty-rate, in dirty-bitmap mode (write-protect everything, wait
+    50 ms, read), runs in a loop: the guest passes, with every IPI taken,
+    and the loop ran throughout."""
+    res = nested(PAYLOAD_LIB + r"""
+echo "avic: $(cat /sys/module/kvm_amd/parameters/avic)"
+guest_qemu -accel kvm -cpu host -overcommit cpu-pm=on \
+    -global kvm-pit.lost_tick_policy=discard \
+    -qmp unix:/tmp/qmp-dirty.sock,server=on,wait=off \
+    -append "halts=%d halt-cycles=%d" || exit 1
+(
+    n=0
+    while [ -e /proc/$qemu_pid ]; do
+        if timeout 10 qmp-exec /tmp/qmp-dirty.sock '{"execute":
+            "calc-dirty-rate", "arguments": {"calc-time": 50,
+            "calc-time-unit": "millisecond", "mode": "dirty-bitmap"}}' \
+            > /tmp/dirty-last 2>&1 && grep -q '"return"' /tmp/dirty-last; then
+            n=$((n + 1))
+            echo $n > /tmp/dirty-rounds
+        fi
+        sleep 0.1
+    done
+) &
+guest_finish
+wait
+echo "dirty-rounds: $(cat /tmp/dirty-rounds 2>/dev/null)"
+echo "dirty-last: $(cat /tmp/dirty-last 2>/dev/null)"
+""" % (DIRTY_HALTS, DIRTY_HALT_CYCLES), kvm_amd="avic=1", cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "avic: ") == ["Y"], res.output
+    assert "entry failed" not in res.output, res.output
+    assert lines_with(res.output, "status: ") == ["1"], res.output
+    serial = lines_with(res.output, "serial: ")[0]
+    assert "hpkvm-guest: PASS" in serial, serial
+    # At least one HLT per IPI (more where a host kick ended one early).
+    halts = re.search(r" halts=(\d+)", serial)
+    assert halts and int(halts.group(1)) >= DIRTY_HALTS, serial
+    rounds = lines_with(res.output, "dirty-rounds: ")
+    assert rounds and rounds[0] and int(rounds[0]) >= DIRTY_ROUNDS_MIN, \
+        res.output
+
+
 # The VF's MSIs of the vfio-irte test, each to a halted vCPU.
 VF_MSIS = 40
 
