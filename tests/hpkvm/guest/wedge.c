@@ -5,9 +5,11 @@
  * valid value (vector, delivery mode, destination mode, level, trigger,
  * shorthand and destination all pseudo-random; half of the destinations
  * small, so that they name host CPUs' APIC IDs), a self-IPI of any
- * vector and a TPR of any value.  Then it reports and spins with IF=0
- * forever, never halting, never taking a fixed interrupt and never
- * writing EOI.  A host that counted on its guest to take interrupts, to
+ * vector, a TPR of any value and a CR8 of any value (the TPR's priority
+ * class, which SVM keeps in V_TPR: with self-IPIs pending behind IF=0
+ * the hypervisor's interrupt window is open when it is written).  Then
+ * it reports and spins with IF=0 forever, never halting, never taking a
+ * fixed interrupt and never writing EOI.  A host that counted on its guest to take interrupts, to
  * EOI them or to exit on its own would lose its own interrupts here.
  *
  * Only INIT, SIPI and SMI are kept off this vCPU itself (their shorthand
@@ -102,6 +104,7 @@ void __attribute__((noreturn)) wedge(uint64_t rounds, uint32_t ncpus)
     set_gate(2, wedge_nmi_handler);
     set_gate(13, wedge_gp_handler);
     for (i = 0; i < rounds; i++) {
+        __asm__ volatile("mov %0, %%cr8" : : "r"(wedge_next(&state) & 0xf));
         r = wedge_icr(wedge_next(&state));
         if (x2apic) {
             wrmsr(MSR_X2APIC_ICR, r);
