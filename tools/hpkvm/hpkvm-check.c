@@ -245,12 +245,11 @@ static void check_host_cpus(Ctx *c)
  */
 static void check_kvm_cores(Ctx *c)
 {
-    g_autofree char *text = check_read_trimmed(c, HPKVM_HOST_KVM_CORES);
     g_autofree char *list = NULL, *miss_s = NULL, *fix = NULL;
     HpkvmCpuSet bindable, missing;
 
-    if (!text ||
-        !hpkvm_cpuset_parse(text, &bindable, HPKVM_HOST_KVM_CORES, NULL)) {
+    if (!hpkvm_host_read_cpus(&c->host, HPKVM_HOST_KVM_CORES, &bindable,
+                              NULL)) {
         check_add(c, "kvm-cores", INFO, NULL, "no kvm.hpkvm_cores that this "
                   "tool can read: the kernel is not hpkvm's reference KVM "
                   "(its own policy decides which cores it binds vCPUs to), "

@@ -66,12 +66,12 @@
  * EPERM at HPKVM_BIND_VCPU outside it), the pinning of the thread at
  * HPKVM_BIND_VCPU, its PF_NO_SETAFFINITY and the EPERM of a KVM_RUN
  * whose thread left its core (QEMU pins the thread itself first), the
- * irqchip (the
- * reference kernel refuses irq-passthrough and ipi-fastpath without it,
- * EINVAL on x86; QEMU checks it itself first), and dynamic-nohz's rules
- * in kvm/patches/0005 (ENODEV without nohz_full=, E2BIG for more vCPUs
- * than nohz_full cores, EINVAL for a bind outside them).  The scripted failures
- * (enable=, caps=, bind=, irte=) come after every check.
+ * irqchip (the reference kernel refuses irq-passthrough and ipi-fastpath
+ * without it, EINVAL on x86; QEMU checks it itself first), and
+ * dynamic-nohz's rules in kvm/patches/0005 (ENODEV without nohz_full=,
+ * E2BIG for more vCPUs than nohz_full cores, EINVAL for a bind outside
+ * them).  The scripted failures (enable=, caps=, bind=, irte=) come after
+ * every check.
  * tests/hpkvm/fake-kernel/test_contract.py runs the reference kernel's
  * contract test against this double.
  *

@@ -9,8 +9,9 @@
  * class, which SVM keeps in V_TPR: with self-IPIs pending behind IF=0
  * the hypervisor's interrupt window is open when it is written).  Then
  * it reports and spins with IF=0 forever, never halting, never taking a
- * fixed interrupt and never writing EOI.  A host that counted on its guest to take interrupts, to
- * EOI them or to exit on its own would lose its own interrupts here.
+ * fixed interrupt and never writing EOI.  A host that counted on its
+ * guest to take interrupts, to EOI them or to exit on its own would lose
+ * its own interrupts here.
  *
  * Only INIT, SIPI and SMI are kept off this vCPU itself (their shorthand
  * becomes all-but-self, which with one vCPU is no one): they would stop
