@@ -110,15 +110,6 @@ static int hpkvm_post_load(void *opaque, int version_id)
             migration_lost(s, refused, f, why);
         }
     }
-    if ((in->granted & (1ULL << HPKVM_FEATURE_TIMER_PASSTHROUGH)) &&
-        s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].granted &&
-        in->tsc_khz != s->guest_timer_khz) {
-        g_autofree char *why = g_strdup_printf(
-            "the guest programs deadlines for a %" PRId64 " kHz TSC, this "
-            "host's runs at %" PRId64 " kHz", in->tsc_khz, s->guest_timer_khz);
-
-        migration_lost(s, refused, HPKVM_FEATURE_TIMER_PASSTHROUGH, why);
-    }
     if (in->realtime_hint && !s->realtime_hint) {
         migration_lost(s, refused, HPKVM_FEATURE_EXCLUSIVE_CORES,
                        "the guest was told its vCPUs are dedicated (KVM_HINTS_"

@@ -204,11 +204,15 @@ static const char *negotiate_unmet_requirement(HPKVMState *s, int f,
         return hpkvm_wants_own_cores(s) ? negotiate_bindable_cores(s, owned) :
                "needs cores of its own: give host-cpus=";
     case HPKVM_FEATURE_VFIO_IRTE:
+    case HPKVM_FEATURE_TIMER_PASSTHROUGH:
         if (s->feat[HPKVM_FEATURE_IRQ_PASSTHROUGH].requested ==
             ON_OFF_AUTO_OFF) {
             return "needs irq-passthrough: set it to on or auto";
         }
-        /* fall through: its IRTEs name a vCPU's core */
+        /*
+         * fall through: vfio-irte's IRTEs name a vCPU's core; the timer's
+         * interrupts are the core's own
+         */
     case HPKVM_FEATURE_IRQ_PASSTHROUGH:
     case HPKVM_FEATURE_IPI_FASTPATH:
         /*

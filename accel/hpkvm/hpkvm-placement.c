@@ -182,6 +182,13 @@ static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
                               "kernel: %s); use host cores within them, or "
                               "have the host's administrator add this one "
                               "there.\n", HPKVM_HOST_KVM_CORES);
+        } else if (w.kernel_ret == -EBUSY) {
+            error_append_hint(errp, "The core is another VM's, or, for a "
+                              "guest granted its cores' APICs, a device "
+                              "interrupt of the host is routed to it (the "
+                              "kernel log names the IRQ): leave "
+                              "dynamic-isolation on, or move it with "
+                              "/proc/irq/N/smp_affinity_list.\n");
         }
         return false;
     }

@@ -9,7 +9,10 @@ second boot of each on Debian's own KVM runs -accel kvm once more: the
 stock reference column ("kvm-stock").  A third boot of the x86 one has
 kvm-amd's AVIC on (QEMU's TCG emulates AVIC and x2AVIC) and runs both
 accelerators again: the "kvm-avic" and "hpkvm-avic" columns, what the
-interrupt virtualization upstream KVM already uses takes off.
+interrupt virtualization upstream KVM already uses takes off.  A fourth
+boots our whole kernel, where hpkvm's guest owns its cores' APICs, the
+guests of both on their one-shot LAPIC timer: the "kvm-own" and
+"hpkvm-own" columns.
 
 For each workload of the test guest's bench mode (tests/hpkvm/guest/
 bench.c; on arm64 tests/hpkvm/guest-arm/bench.c) it reports latency
@@ -29,7 +32,7 @@ other than one exit) is an error.
 
   bench.py BUILD [--tiny] [--out DIR] [--reps N] [--samples N]
            [--hosts local,nested,nested-arm64] [--no-nested] [--no-local]
-           [--no-arm] [--no-tcg] [--no-reference] [--no-avic]
+           [--no-arm] [--no-tcg] [--no-reference] [--no-avic] [--no-own]
 """
 
 import argparse
@@ -109,6 +112,21 @@ ARCHES = {
         # our KVM grants hpkvm vfio-irte on it (kvm/patches/0011).
         # Where kvm-amd cannot enable it (no AVIC in the CPU), the boot
         # stops rather than fill the columns with exits without AVIC.
+        # The guest owning its cores' APICs (kvm/patches/0012-0014): the
+        # same host on our whole kernel, its APICs in x2APIC mode (VT-d
+        # in extended interrupt mode), no AVIC, the guests of both
+        # accelerators on their one-shot LAPIC timer, which is what
+        # hpkvm's timer-passthrough passes through; the kernel claims
+        # no core a device interrupt is routed to, hence the IRQs moved.
+        "own": {"nested": {"kernel": "hpkvm", "iommu": "x2apic"},
+                "accel": {"kvm": "-accel kvm -cpu host,tsc-deadline=off",
+                          "hpkvm": "-accel hpkvm,host-cpus=1-3,"
+                                   "housekeeping-cpus=0,irq-passthrough=on,"
+                                   "timer-passthrough=on "
+                                   "-cpu host,tsc-deadline=off"},
+                "setup": r"""
+for f in /proc/irq/*/smp_affinity_list; do echo 0 > $f 2>/dev/null; done
+"""},
         "avic": {"nested": {"kvm_amd": "avic=1", "iommu": "amd"},
                  "args": " -global kvm-pit.lost_tick_policy=discard",
                  "setup": r"""
@@ -206,8 +224,11 @@ HOSTS_SHORT = {
 }
 # The accelerators' columns, in order: kvm-stock is -accel kvm on the
 # nested hosts' stock KVM (the "reference" boot), kvm-avic and
-# hpkvm-avic the x86 nested host's boot with AVIC on ("avic").
-COLUMNS = ("kvm", "hpkvm", "kvm-avic", "hpkvm-avic", "kvm-stock", "tcg")
+# hpkvm-avic the x86 nested host's boot with AVIC on ("avic"), kvm-own
+# and hpkvm-own its boot where hpkvm's guest owns its cores' APICs
+# ("own").
+COLUMNS = ("kvm", "hpkvm", "kvm-avic", "hpkvm-avic", "kvm-own", "hpkvm-own",
+           "kvm-stock", "tcg")
 # Which architecture each host's guests are.
 HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"]}
 # Workloads whose operation is an IPI from vCPU 0: their exits also
@@ -775,6 +796,10 @@ def main():
     ap.add_argument("--no-avic", action="store_true",
                     help="no boot of the x86 nested host with AVIC on "
                          "(the kvm-avic and hpkvm-avic columns)")
+    ap.add_argument("--no-own", action="store_true",
+                    help="no boot of the x86 nested host on our whole "
+                         "kernel where hpkvm's guest owns its cores' APICs "
+                         "(the kvm-own and hpkvm-own columns)")
     ap.add_argument("--arm-gic", type=int, choices=(3, 4), default=4,
                     help="the arm64 nested test host's GIC: 4 (default), "
                          "where KVM forwards the VF's MSI as a vLPI, or 3")
@@ -846,6 +871,16 @@ def main():
             for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
                                         1500, 1, avic).items():
                 runs[f"{accel}-avic"] = rs
+        if "own" in arch and not args.no_own:
+            print(f"hpkvm bench: {label}, our whole kernel, guests on the "
+                  f"one-shot timer: kvm and hpkvm alternating", flush=True)
+            own = dict(arch, nested=dict(arch["nested"],
+                                         **arch["own"]["nested"]),
+                       accel=arch["own"]["accel"],
+                       setup=arch["setup"] + arch["own"]["setup"])
+            for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
+                                        1500, 1, own).items():
+                runs[f"{accel}-own"] = rs
         raw["hosts"][host] = runs
         summary[host] = summarize(runs)
 
@@ -855,7 +890,7 @@ def main():
     for host, table in summary.items():
         accels = [a for a in COLUMNS if a in raw["hosts"][host]]
         print_table(host, table, accels, len(raw["hosts"][host]["kvm"]))
-        for a in ("hpkvm", "hpkvm-avic"):
+        for a in ("hpkvm", "hpkvm-avic", "hpkvm-own"):
             if a in accels:
                 print(f"   what {a} had ({host}): "
                       f"{granted(raw['hosts'][host], a)}")

@@ -17,7 +17,6 @@
  */
 
 #include "qemu/osdep.h"
-#include <cpuid.h>
 #include <sys/ioctl.h>
 #include "libqtest.h"
 #include "qobject/qdict.h"
@@ -45,28 +44,21 @@ static bool skip_without_kvm(void)
     return false;
 }
 
-#define TIMER_PASSTHROUGH (1u << 2)     /* features[2] */
-
 /*
- * The features a guest here can have, for the fake kernel to grant:
- * timer-passthrough needs invtsc, which the host CPU must have (TCG's,
- * under the nested test host, does not).
+ * The features a guest of TIMER_CPU can have, for the fake kernel to
+ * grant: all (timer-passthrough needs the one-shot LAPIC timer).
  */
-static unsigned grantable(void)
-{
-    unsigned a, b, c, d;
-    bool invtsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
-
-    return invtsc ? 0x3f : 0x3f & ~TIMER_PASSTHROUGH;
-}
+#define GRANTABLE 0x3fu
+#define TIMER_CPU CPU ",tsc-deadline=off"
 
 /*
  * The features the reference kernel refuses, for its reason, when it
- * refuses exclusive-cores: irq-passthrough, ipi-fastpath, dynamic-nohz.
+ * refuses exclusive-cores: all but vfio-irte (which needs
+ * irq-passthrough).
  */
 static bool builds_on_exclusive(size_t f)
 {
-    return f == 1 || f == 3 || f == 5;
+    return f == 1 || f == 2 || f == 3 || f == 5;
 }
 
 /* OWN_CORES needs a helper to lease them from, and four cores. */
@@ -219,9 +211,9 @@ static void test_unpatched_kernel_report(void)
     /* Interrupts without exits need a core of the guest's own. */
     assert_feature(info, "irq-passthrough", false, "none",
                    "needs exclusive-cores, on cores of its own");
-    /* Without invtsc=on the guest cannot have timer passthrough. */
+    /* On TSC-deadline the guest cannot have timer passthrough. */
     assert_feature(info, "timer-passthrough", false, "none",
-                   "add invtsc=on to -cpu");
+                   "add tsc-deadline=off to -cpu");
     /* Shared cores: KVM's defaults, and why. */
     g_assert(!has_exit(info, "hlt") && !has_exit(info, "pause") &&
              !has_exit(info, "mwait"));
@@ -398,25 +390,20 @@ static void test_fake_grants_all(void)
     g_autoptr(QDict) info = NULL;
     g_autofree char *text = NULL, *enable = NULL;
     g_autoptr(QDict) apicv = NULL;
-    unsigned want = grantable();
+    unsigned want = GRANTABLE;
     size_t i;
 
     if (skip_without_own_cores()) {
         return;
     }
     use_fake_kernel("supported=0x3f", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
     use_fake_kernel(NULL, NULL);
     text = read_log(log);
     g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 2);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
-        if (want & (1u << i)) {
-            assert_feature(info, features[i], true, "patched-kernel",
-                           "granted by the kernel");
-        } else {
-            assert_feature(info, features[i], false, "none",
-                           "needs an invariant TSC");
-        }
+        assert_feature(info, features[i], true, "patched-kernel",
+                       "granted by the kernel");
     }
     enable = g_strdup_printf("HPKVM_ENABLE requested=0x%x required=0x0 "
                              "nr_vcpus=2 granted=0x%x", want, want);
@@ -428,7 +415,7 @@ static void test_fake_grants_all(void)
 
     /* A kernel granting interrupts on APIC virtualization says so. */
     use_fake_kernel("supported=0x3f,apicv=0xa", log);
-    apicv = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
+    apicv = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
     use_fake_kernel(NULL, NULL);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         bool on_apicv = !strcmp(features[i], "irq-passthrough") ||
@@ -457,14 +444,11 @@ static void test_fake_refuses_under_auto(void)
     /* Each feature in turn refused (EBUSY), the others granted. */
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
-                                                grantable() & ~(1u << i));
+                                                GRANTABLE & ~(1u << i));
         g_autoptr(QDict) info = NULL;
 
-        if (!(grantable() & (1u << i))) {
-            continue;
-        }
         use_fake_kernel(spec, log);
-        info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
+        info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
         use_fake_kernel(NULL, NULL);
         g_free(read_log(log));
         for (j = 0; j < ARRAY_SIZE(features); j++) {
@@ -477,9 +461,6 @@ static void test_fake_refuses_under_auto(void)
                                j == 0 ? "upstream" : "none",
                                "refused by the kernel (a host core is not "
                                "exclusively this VM's)");
-            } else if (!(grantable() & (1u << j))) {
-                assert_feature(info, features[j], false, "none",
-                               "not requested");
             } else {
                 assert_feature(info, features[j], true, "patched-kernel",
                                "granted");
@@ -500,7 +481,7 @@ static void test_fake_refuses_under_on(void)
     }
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         g_autofree char *spec = g_strdup_printf("grant=0x%x,refuse=16",
-                                                grantable() & ~(1u << i));
+                                                GRANTABLE & ~(1u << i));
         g_autofree char *args = g_strdup_printf("-accel hpkvm,%s,%s=on " CPU,
                                                 OWN_CORES, features[i]);
         g_autofree char *required = g_strdup_printf("required=0x%x -> EPERM",
@@ -510,9 +491,6 @@ static void test_fake_refuses_under_on(void)
             "exclusively this VM's", features[i]);
         g_autofree char *err = NULL, *text = NULL;
 
-        if (!(grantable() & (1u << i))) {
-            continue;
-        }
         use_fake_kernel(spec, log);
         g_assert_cmpint(run_qemu(args, &err), ==, 1);
         use_fake_kernel(NULL, NULL);
@@ -530,7 +508,7 @@ static void test_fake_fails_part_way(void)
                                            g_get_tmp_dir(), getpid());
     g_autofree char *err = NULL, *text = NULL, *text2 = NULL;
     g_autofree char *undo = g_strdup_printf("HPKVM_DISABLE (granted was 0x%x)",
-                                            grantable());
+                                            GRANTABLE);
     g_autoptr(QDict) info = NULL;
 
     if (skip_without_own_cores()) {
@@ -538,7 +516,7 @@ static void test_fake_fails_part_way(void)
     }
     /* auto: QEMU undoes the half-applied grants and falls back. */
     use_fake_kernel("enable=5", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU ",invtsc=on");
+    info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
     text = read_log(log);
     g_assert(strstr(text, "fails part way"));
     g_assert(strstr(text, undo));

@@ -91,8 +91,8 @@ void hpkvm_arch_kvm_ready(HPKVMState *s)
     }
     /* What "on" features need of the guest's CPU, unless -cpu says no. */
     if (s->feat[HPKVM_FEATURE_TIMER_PASSTHROUGH].requested == ON_OFF_AUTO_ON) {
-        hpkvm_cpu_set_default("tsc-deadline", "on");
-        hpkvm_cpu_set_default("invtsc", "on");
+        hpkvm_cpu_set_default("tsc-deadline", "off");
+        hpkvm_cpu_set_default("x2apic", "on");
     }
     if (s->feat[HPKVM_FEATURE_IPI_FASTPATH].requested == ON_OFF_AUTO_ON) {
         hpkvm_cpu_set_default("x2apic", "on");
@@ -151,7 +151,6 @@ static bool hpkvm_cpu_realize(CPUState *cs, Error **errp)
         .x2apic = env->features[FEAT_1_ECX] & CPUID_EXT_X2APIC,
         .tsc_deadline = env->features[FEAT_1_ECX] &
                         CPUID_EXT_TSC_DEADLINE_TIMER,
-        .invtsc = env->features[FEAT_8000_0007_EDX] & CPUID_APM_INVTSC,
     };
     facts = (HpkvmGuestFacts) {
         .nr_vcpus = current_machine->smp.max_cpus,

@@ -22,23 +22,18 @@ const char *hpkvm_arch_unmet_requirement(HPKVMState *s, int f,
 
     switch (f) {
     case HPKVM_FEATURE_TIMER_PASSTHROUGH:
-        if (!x86->tsc_deadline) {
-            return "needs the TSC-deadline timer in the guest: add "
-                   "tsc-deadline=on to -cpu";
+        /*
+         * What the kernel passes through is the one-shot x2APIC timer
+         * (its count, written without an exit, counts on the core's own
+         * timer); a guest offered TSC-deadline would use that instead,
+         * which stays KVM's (its MSR is the host's TSC, offset).
+         */
+        if (x86->tsc_deadline) {
+            return "needs the guest on the one-shot LAPIC timer: add "
+                   "tsc-deadline=off to -cpu";
         }
-        if (!x86->invtsc) {
-            return "needs an invariant TSC in the guest: add invtsc=on to "
-                   "-cpu";
-        }
-        if (g->guest_timer_khz && g->host_timer_khz &&
-            g->guest_timer_khz != g->host_timer_khz) {
-            *owned = g_strdup_printf(
-                "needs the guest's TSC at the host's frequency (%" PRId64
-                " kHz), not %" PRId64 " kHz: drop tsc-frequency= from -cpu",
-                g->host_timer_khz, g->guest_timer_khz);
-            return *owned;
-        }
-        return NULL;
+        return x86->x2apic ? NULL : "needs x2APIC in the guest: add "
+                                    "x2apic=on to -cpu";
     case HPKVM_FEATURE_IPI_FASTPATH:
         return x86->x2apic ? NULL : "needs x2APIC in the guest: add "
                                     "x2apic=on to -cpu";
@@ -72,8 +67,8 @@ HpkvmMechanism hpkvm_arch_fallback(HPKVMState *s, int f, const char **text)
                 "at a VM exit unless the host has posted interrupts";
         return HPKVM_MECHANISM_NONE;
     case HPKVM_FEATURE_TIMER_PASSTHROUGH:
-        *text = "KVM emulates the TSC-deadline timer (MSR writes and "
-                "expiries exit)";
+        *text = "KVM emulates the LAPIC timer (its writes and expiries "
+                "exit)";
         return HPKVM_MECHANISM_NONE;
     case HPKVM_FEATURE_IPI_FASTPATH:
         *text = "KVM's own ICR-write handling";

@@ -13,7 +13,6 @@
 typedef struct HpkvmX86Facts {
     bool x2apic;
     bool tsc_deadline;
-    bool invtsc;
 } HpkvmX86Facts;
 
 #endif

@@ -33,13 +33,14 @@
  *     fields, feature bits version 2 does not have, required not a subset of
  *     requested, nr_vcpus 0 or above KVM_CAP_MAX_VCPUS; then EBUSY after
  *     the VM's first vCPU or a second time (even after HPKVM_DISABLE).
- *     Per feature: -ENOENT if not requested, -EINVAL for vfio-irte
- *     requested without irq-passthrough, and dynamic-nohz,
- *     irq-passthrough and ipi-fastpath without exclusive-cores, then
- *     the script (those three refused as exclusive-cores is, when it
- *     is).  If a required feature is not
- *     granted, EPERM: nothing is granted and every feature that would
- *     have been reports -EPERM.
+ *     Per feature: -ENOENT if not requested, -EINVAL for vfio-irte and
+ *     timer-passthrough requested without irq-passthrough, and
+ *     dynamic-nohz, irq-passthrough, timer-passthrough and ipi-fastpath
+ *     without exclusive-cores, then the script (those four refused as
+ *     exclusive-cores is, when it is).  Not modelled: that a grant not
+ *     on APIC virtualization (apicv=) needs dynamic-nohz too.  If a
+ *     required feature is not granted, EPERM: nothing is granted and
+ *     every feature that would have been reports -EPERM.
  *   HPKVM_DISABLE: EINVAL for a non-zero argument, EBUSY after the VM's
  *     first vCPU.
  *   HPKVM_BIND_VCPU: ENOTTY on an fd that is not a vCPU's; EINVAL for
@@ -274,10 +275,12 @@ static int fake_reason(const struct hpkvm_enable *req, int f)
         return -ENOENT;
     }
     /* What a feature builds on must be asked for with it. */
-    if ((bit == HPKVM_FEAT_VFIO_IRTE &&
+    if (((bit == HPKVM_FEAT_VFIO_IRTE ||
+          bit == HPKVM_FEAT_TIMER_PASSTHROUGH) &&
          !(req->requested & HPKVM_FEAT_IRQ_PASSTHROUGH)) ||
         ((bit == HPKVM_FEAT_DYNAMIC_NOHZ ||
           bit == HPKVM_FEAT_IRQ_PASSTHROUGH ||
+          bit == HPKVM_FEAT_TIMER_PASSTHROUGH ||
           bit == HPKVM_FEAT_IPI_FASTPATH) &&
          !(req->requested & HPKVM_FEAT_EXCLUSIVE_CORES))) {
         return -EINVAL;
@@ -288,6 +291,7 @@ static int fake_reason(const struct hpkvm_enable *req, int f)
      */
     if ((bit == HPKVM_FEAT_DYNAMIC_NOHZ ||
          bit == HPKVM_FEAT_IRQ_PASSTHROUGH ||
+         bit == HPKVM_FEAT_TIMER_PASSTHROUGH ||
          bit == HPKVM_FEAT_IPI_FASTPATH) &&
         !(fk.grant & fk.supported & HPKVM_FEAT_EXCLUSIVE_CORES)) {
         bit = HPKVM_FEAT_EXCLUSIVE_CORES;

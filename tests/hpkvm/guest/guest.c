@@ -625,6 +625,9 @@ static bool has_feature_ecx1(int bit)
  * the handler (TSC-deadline) or from programming to the handler
  * (one-shot).
  */
+/* Whether the LAPIC timer holds fire_timer()'s one-shot set-up. */
+static bool oneshot_ready;
+
 uint64_t fire_timer(bool tsc_deadline)
 {
     uint64_t start, deadline, fired;
@@ -638,8 +641,12 @@ uint64_t fire_timer(bool tsc_deadline)
         wrmsr(MSR_TSC_DEADLINE, deadline);
         start = deadline;
     } else {
-        lapic_write(LAPIC_TIMER_DCR, 0xb);      /* divide by 1 */
-        lapic_write(LAPIC_LVT_TIMER, VEC_TIMER);
+        /* Set up once, as a guest kernel does: each write may exit. */
+        if (!oneshot_ready) {
+            lapic_write(LAPIC_TIMER_DCR, 0xb);  /* divide by 1 */
+            lapic_write(LAPIC_LVT_TIMER, VEC_TIMER);
+            oneshot_ready = true;
+        }
         start = rdtsc();
         lapic_write(LAPIC_TIMER_ICR, ONESHOT_COUNT);
     }

@@ -449,8 +449,10 @@ static uint64_t contract_supported(void)
 /*
  * The answer for @feat, one of CONTRACT_FEAT_ARCH, asked for with
  * exclusive cores: granted where the kernel said it supports it, else
- * refused for the machine (ENODEV: on x86, no x2AVIC in use) or the
- * architecture (EOPNOTSUPP); a grant on APIC virtualization is a grant.
+ * refused for the machine (ENODEV: on x86, no x2AVIC in use, and no
+ * core-kernel support or nohz_full= for the guest to own its core's
+ * APIC) or the architecture (EOPNOTSUPP); a grant on APIC
+ * virtualization is a grant.
  */
 static void contract_assert_arch_answer(const struct hpkvm_enable *req,
                                         uint64_t supported, uint64_t feat)
@@ -471,10 +473,8 @@ static void contract_assert_arch_answer(const struct hpkvm_enable *req,
  * Everything asked for, nothing required: the kernel grants what it can,
  * exclusive cores, and says per feature why not the rest.  kvm/patches
  * implement exclusive cores, dynamic nohz (which depends on the host:
- * see test_enable_dynamic_nohz()) and, where the architecture can,
- * interrupt passthrough and the IPI fast path (test_enable_apicv());
- * the others are EOPNOTSUPP (and this test changes with the patch that
- * implements one).
+ * see test_enable_dynamic_nohz()) and, where the architecture can, the
+ * interrupt features (test_enable_apicv(), test_enable_owned_apic()).
  */
 static void test_enable_grants_exclusive(void)
 {
@@ -489,6 +489,7 @@ static void test_enable_grants_exclusive(void)
     g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
     g_assert_cmphex(req.granted & ~(HPKVM_FEAT_DYNAMIC_NOHZ |
                                     CONTRACT_FEAT_ARCH |
+                                    HPKVM_FEAT_TIMER_PASSTHROUGH |
                                     HPKVM_FEAT_VFIO_IRTE), ==,
                     HPKVM_FEAT_EXCLUSIVE_CORES);
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==, 0);
@@ -496,8 +497,8 @@ static void test_enable_grants_exclusive(void)
     contract_assert_arch_answer(&req, supported, HPKVM_FEAT_IPI_FASTPATH);
     /* Asked for with what it builds on: not EINVAL, just not there. */
     contract_assert_arch_answer(&req, supported, HPKVM_FEAT_VFIO_IRTE);
-    g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
-                    -EOPNOTSUPP);
+    contract_assert_arch_answer(&req, supported,
+                                HPKVM_FEAT_TIMER_PASSTHROUGH);
     contract_vm_free(&vm);
 }
 
@@ -601,8 +602,9 @@ static void test_enable_required_refused(void)
     contract_vm_new(&vm);
     g_assert_cmpint(contract_enable(&vm, &req), ==, -EPERM);
     g_assert_cmphex(req.granted, ==, 0);
+    /* It builds on irq-passthrough, not asked for. */
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH), ==,
-                    -EOPNOTSUPP);
+                    -EINVAL);
     /* Grantable, but dropped with the rest: no reason reads "granted". */
     g_assert_cmpint(CONTRACT_REASON(&req, HPKVM_FEAT_EXCLUSIVE_CORES), ==,
                     -EPERM);
@@ -629,6 +631,11 @@ static void test_enable_dependencies(void)
         .requested = HPKVM_FEAT_DYNAMIC_NOHZ,
         .nr_vcpus = 1,
     };
+    struct hpkvm_enable timer = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES |
+                     HPKVM_FEAT_TIMER_PASSTHROUGH,
+        .nr_vcpus = 1,
+    };
     /* Interrupts without exits need the vCPU in the guest: its own core. */
     struct hpkvm_enable arch = {
         .requested = CONTRACT_FEAT_ARCH,
@@ -649,6 +656,13 @@ static void test_enable_dependencies(void)
     g_assert_cmphex(nohz.granted, ==, 0);
     g_assert_cmpint(CONTRACT_REASON(&nohz, HPKVM_FEAT_DYNAMIC_NOHZ), ==,
                     -EINVAL);
+    contract_vm_free(&vm);
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &timer), ==, 0);
+    g_assert_cmphex(timer.granted, ==, HPKVM_FEAT_EXCLUSIVE_CORES);
+    g_assert_cmpint(CONTRACT_REASON(&timer, HPKVM_FEAT_TIMER_PASSTHROUGH),
+                    ==, -EINVAL);
     contract_vm_free(&vm);
 
     contract_vm_new(&vm);
@@ -694,6 +708,60 @@ static void test_enable_apicv(void)
         g_assert_cmphex(req.granted, ==, 0);
         g_assert_cmphex(req.apicv, ==, 0);
     }
+    contract_vm_free(&vm);
+}
+
+/*
+ * Interrupt and timer passthrough where the guest owns its core's APIC
+ * (no APIC virtualization: kvm/patches/0013): the host lends the APIC
+ * only while its own timer is off the core, so never without dynamic
+ * nohz (EINVAL if not asked for).  Asked for with it, the timer is
+ * granted exactly where HPKVM_GET_CAPS says, and never as APIC
+ * virtualization.
+ */
+static void test_enable_owned_apic(void)
+{
+    uint64_t supported = contract_supported();
+    struct hpkvm_enable req = {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES |
+                     HPKVM_FEAT_IRQ_PASSTHROUGH |
+                     HPKVM_FEAT_TIMER_PASSTHROUGH,
+        .nr_vcpus = 1,
+    };
+    int reason;
+    ContractVm vm;
+
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    g_assert_cmphex(req.granted & HPKVM_FEAT_TIMER_PASSTHROUGH, ==, 0);
+    reason = CONTRACT_REASON(&req, HPKVM_FEAT_TIMER_PASSTHROUGH);
+    if (supported & HPKVM_FEAT_TIMER_PASSTHROUGH) {
+        g_assert_cmpint(reason, ==, -EINVAL);
+    } else {
+        g_assert_true(reason == -ENODEV || reason == -EOPNOTSUPP ||
+                      reason == -EINVAL);
+    }
+    /* Without dynamic nohz, irq-passthrough only on APIC virtualization. */
+    g_assert_cmphex(req.granted & ~req.apicv, ==,
+                    HPKVM_FEAT_EXCLUSIVE_CORES);
+    contract_vm_free(&vm);
+
+    /* A fresh request: apicv, the kernel's answer, must be 0 going in. */
+    req = (struct hpkvm_enable) {
+        .requested = HPKVM_FEAT_EXCLUSIVE_CORES | HPKVM_FEAT_DYNAMIC_NOHZ |
+                     HPKVM_FEAT_IRQ_PASSTHROUGH |
+                     HPKVM_FEAT_TIMER_PASSTHROUGH,
+        .nr_vcpus = 1,
+    };
+    contract_vm_new(&vm);
+    g_assert_cmpint(contract_enable(&vm, &req), ==, 0);
+    contract_assert_arch_answer(&req, supported,
+                                HPKVM_FEAT_TIMER_PASSTHROUGH);
+    g_assert_cmphex(req.apicv & HPKVM_FEAT_TIMER_PASSTHROUGH, ==, 0);
+    g_test_message("owned-apic supported=0x%llx granted=0x%llx "
+                   "apicv=0x%llx", (unsigned long long)supported,
+                   (unsigned long long)req.granted,
+                   (unsigned long long)req.apicv);
     contract_vm_free(&vm);
 }
 
@@ -1450,6 +1518,8 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm-contract/enable/dynamic-nohz",
                     test_enable_dynamic_nohz);
     g_test_add_func("/hpkvm-contract/enable/apicv", test_enable_apicv);
+    g_test_add_func("/hpkvm-contract/enable/owned-apic",
+                    test_enable_owned_apic);
     g_test_add_func("/hpkvm-contract/enable/without-irqchip",
                     test_enable_without_irqchip);
     g_test_add_func("/hpkvm-contract/enable/dependencies",

@@ -181,7 +181,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     iommu: emulated VT-d with interrupt remapping; "amd" (x86): the AMD
     IOMMU instead, with interrupt remapping, x2APIC and guest virtual
     APIC mode (patches/0018), in which kvm-amd with avic=1 has the IOMMU
-    post a passed-through device's interrupts to its vCPUs; on arm64, an
+    post a passed-through device's interrupts to its vCPUs; "x2apic"
+    (x86): VT-d with extended interrupt mode, so that the host runs its
+    APICs in x2APIC mode, as hpkvm's interrupt ownership needs; on arm64, an
     SMMUv3, and the host boots through UEFI with ACPI, as Arm servers do
     (see below why not with a device tree);
     vfs, vfio_vfs: an igb NIC with SR-IOV, vfs VFs created and the first
@@ -315,7 +317,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         if iommu == "amd" and arch == "x86_64":
             cmd += ["-device", "amd-iommu,intremap=on,xtsup=on,vapic=on"]
         elif iommu and arch == "x86_64":
-            cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on"]
+            cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on" +
+                    (",eim=on" if iommu == "x2apic" else "")]
         if vfs:
             cmd += ["-device", "pcie-root-port,id=rp0,chassis=1",
                     "-device", "igb,bus=rp0"]
