@@ -508,6 +508,18 @@ trace_exits() {
 """
 
 
+def extra_boot(arch, boot):
+    """@arch for its further boot @boot ("avic", "own"): its nested
+    host's options over the default boot's, its accelerators' command
+    lines (its own, or the default's with its "args" added), and its
+    set-up after the default's."""
+    extra = arch[boot]
+    accel = extra.get("accel") or {a: cmd + extra["args"]
+                                   for a, cmd in arch["accel"].items()}
+    return dict(arch, nested=dict(arch["nested"], **extra["nested"]),
+                accel=accel, setup=arch["setup"] + extra["setup"])
+
+
 def run_nested(build, accels, samples, idle, reps, arch=X86):
     """Each accelerator in turn, reps times, in one boot of the nested
     host of @arch (4 CPUs: hpkvm leases the last ones, housekeeping on
@@ -860,27 +872,18 @@ def main():
                                            **arch["reference"]))
             runs["kvm-stock"] = run_nested(build, ["kvm"], samples, 1500, 1,
                                            stock)["kvm"]
-        if "avic" in arch and not args.no_avic:
-            print(f"hpkvm bench: {label}, our KVM with AVIC: kvm and hpkvm "
-                  f"alternating", flush=True)
-            avic = dict(arch, nested=dict(arch["nested"],
-                                          **arch["avic"]["nested"]),
-                        accel={a: cmd + arch["avic"]["args"]
-                               for a, cmd in arch["accel"].items()},
-                        setup=arch["setup"] + arch["avic"]["setup"])
-            for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
-                                        1500, 1, avic).items():
-                runs[f"{accel}-avic"] = rs
-        if "own" in arch and not args.no_own:
-            print(f"hpkvm bench: {label}, our whole kernel, guests on the "
-                  f"one-shot timer: kvm and hpkvm alternating", flush=True)
-            own = dict(arch, nested=dict(arch["nested"],
-                                         **arch["own"]["nested"]),
-                       accel=arch["own"]["accel"],
-                       setup=arch["setup"] + arch["own"]["setup"])
-            for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
-                                        1500, 1, own).items():
-                runs[f"{accel}-own"] = rs
+        for boot, skip, what in (("avic", args.no_avic,
+                                  "our KVM with AVIC"),
+                                 ("own", args.no_own,
+                                  "our whole kernel, guests on the "
+                                  "one-shot timer")):
+            if boot in arch and not skip:
+                print(f"hpkvm bench: {label}, {what}: kvm and hpkvm "
+                      f"alternating", flush=True)
+                for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
+                                            1500, 1,
+                                            extra_boot(arch, boot)).items():
+                    runs[f"{accel}-{boot}"] = rs
         raw["hosts"][host] = runs
         summary[host] = summarize(runs)
 
