@@ -77,6 +77,25 @@ make -C "$headers" M="$tree/arch/x86/kvm" -j"$(nproc)" \
     tail -n 30 "$out/build.log" >&2
     die "the module build failed; full log in $out/build.log"
 }
+# The kernel's own code writes some fields of struct kvm_vcpu (see
+# abi-probe/abi-probe.c): our headers must leave them where it has them.
+abi_offsets() {
+    local dir=$out/abi-probe
+    rm -rf "$dir"
+    cp -r "$here/abi-probe" "$dir"
+    make -C "$headers" M="$dir" NOSTDINC_FLAGS="-nostdinc $1" \
+        abi-probe.s >> "$out/build.log" 2>&1 ||
+        die "the ABI probe did not build; full log in $out/build.log"
+    sed -n 's/.*"->\(HPKVM_ABI_[A-Z_]*\) \$\{0,1\}\([0-9]*\) .*/\1=\2/p' \
+        "$dir/abi-probe.s"
+}
+stock=$(abi_offsets "")
+patched=$(abi_offsets "$ours")
+[ -n "$stock" ] && [ "$stock" = "$patched" ] ||
+    die "the patches move fields of struct kvm_vcpu that linux-$kver" \
+        "itself writes; with these modules it would corrupt them." \
+        "Kernel: $(echo $stock); patched: $(echo $patched)." \
+        "Add new fields after them (struct kvm_vcpu's hpkvm is last)."
 for m in kvm kvm-amd; do
     cp "$tree/arch/x86/kvm/$m.ko" "$out/$m.ko.new"
     mv "$out/$m.ko.new" "$out/$m.ko"

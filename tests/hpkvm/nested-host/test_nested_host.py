@@ -1180,9 +1180,13 @@ def our_kvm_gives_a_bound_vcpu_its_cores_timer_without_exits():
     assert per_timer["own"] <= 0.1, per_timer
     assert per_timer["kvm"] >= 1, per_timer
     # No host interrupt behind the timers (one may meet an entry that
-    # did not own the APIC, while the host's timer was busy).
-    assert stats["own"]["bsp"]["irq_exits"] <= OWN_TIMERS // 40, \
-        stats["own"]["bsp"]
+    # did not own the APIC, while the host's timer was busy).  Against
+    # the run without timers: the host's interrupts and QEMU's kicks,
+    # NMIs to an owned core, count as irq_exits too.
+    irqs = stats["own"]["bsp"]["irq_exits"] - \
+        stats["own0"]["bsp"]["irq_exits"]
+    assert irqs <= OWN_TIMERS // 40, (stats["own"]["bsp"],
+                                      stats["own0"]["bsp"])
     d0, d1 = map(int, stats["storm"]["after-run"][0].split())
     print(f"# caches dropped meanwhile: {d0}, then {d1 - d0} in 2 s")
     assert d0 >= 1 and d1 > d0, (d0, d1)
