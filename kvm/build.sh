@@ -91,11 +91,14 @@ abi_offsets() {
 }
 stock=$(abi_offsets "")
 patched=$(abi_offsets "$ours")
-[ -n "$stock" ] && [ "$stock" = "$patched" ] ||
+[ -n "$stock" ] ||
+    die "no offsets in $out/abi-probe/abi-probe.s: adapt abi_offsets()"
+if [ "$stock" != "$patched" ]; then
     die "the patches move fields of struct kvm_vcpu that linux-$kver" \
         "itself writes; with these modules it would corrupt them." \
-        "Kernel: $(echo $stock); patched: $(echo $patched)." \
+        "Kernel: ${stock//$'\n'/ }; patched: ${patched//$'\n'/ }." \
         "Add new fields after them (struct kvm_vcpu's hpkvm is last)."
+fi
 for m in kvm kvm-amd; do
     cp "$tree/arch/x86/kvm/$m.ko" "$out/$m.ko.new"
     mv "$out/$m.ko.new" "$out/$m.ko"

@@ -13,9 +13,7 @@
 #include <linux/kbuild.h>
 #include <linux/kvm_host.h>
 
-void hpkvm_abi_probe(void);
-
-void hpkvm_abi_probe(void)
+static void __used hpkvm_abi_probe(void)
 {
 	OFFSET(HPKVM_ABI_VCPU_RUN, kvm_vcpu, run);
 	OFFSET(HPKVM_ABI_VCPU_STAT, kvm_vcpu, stat);
