@@ -37,10 +37,30 @@ version=$(dpkg-query -W -f='${Version}' "linux-headers-$kver") ||
 kvm_source_fetch "$kver" "$version"
 
 # The tree: what the modules are built from, plus every file a patch
-# touches.  Unpacked afresh whenever a patch or this script changes.
-stamp=$( (cat "$0" "$here/source.sh" "$here"/patches/*.patch
+# touches.  Unpacked and checked afresh whenever a patch, the ABI probe
+# or this script changes.
+stamp=$( (cat "$0" "$here/source.sh" "$here"/patches/*.patch \
+          "$here"/abi-probe/*
           echo "$version") | sha256sum | cut -c1-16)
 tree=$out/src
+# Headers our patches change shadow the headers package's: they come
+# first (-nostdinc stays, as the kernel's Makefile sets it).
+ours="-I$tree/include -I$tree/include/uapi -I$tree/arch/x86/include"
+
+# The kernel's own code writes some fields of struct kvm_vcpu (see
+# abi-probe/abi-probe.c): our headers must leave them where it has them.
+# abi_offsets FLAGS: its offsets as NAME=VALUE lines, built with the
+# include FLAGS ahead of the headers package's.
+abi_offsets() {
+    local dir=$out/abi-probe
+    rm -rf "$dir"
+    cp -r "$here/abi-probe" "$dir"
+    make -C "$headers" M="$dir" NOSTDINC_FLAGS="-nostdinc $1" \
+        abi-probe.s >> "$out/abi-probe.log" 2>&1 ||
+        die "the ABI probe did not build; log in $out/abi-probe.log"
+    sed -n 's/.*"->\(HPKVM_ABI_[A-Z_]*\) \$\{0,1\}\([0-9]*\) .*/\1=\2/p' \
+        "$dir/abi-probe.s"
+}
 if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$tree" "$out/.stamp"
     paths=(arch/x86/kvm virt/kvm)
@@ -65,40 +85,26 @@ if [ "$(cat "$out/.stamp" 2>/dev/null)" != "$stamp" ]; then
         "$tree/arch/x86/kvm/Makefile"
     [ "$(grep -c '$(src)' "$tree/arch/x86/kvm/Makefile")" -ge 2 ] ||
         die "arch/x86/kvm/Makefile changed: adapt the out-of-tree edit"
+    rm -f "$out/abi-probe.log"
+    stock=$(abi_offsets "")
+    patched=$(abi_offsets "$ours")
+    [ -n "$stock" ] ||
+        die "no offsets in $out/abi-probe/abi-probe.s: adapt abi_offsets()"
+    if [ "$stock" != "$patched" ]; then
+        die "the patches move fields of struct kvm_vcpu that linux-$kver" \
+            "itself writes; with these modules it would corrupt them." \
+            "Kernel: ${stock//$'\n'/ }; patched: ${patched//$'\n'/ }." \
+            "Add new fields after them (struct kvm_vcpu's hpkvm is last)."
+    fi
     echo "$stamp" > "$out/.stamp"
 fi
 
-# Headers our patches change shadow the headers package's: they come
-# first (-nostdinc stays, as the kernel's Makefile sets it).
-ours="-I$tree/include -I$tree/include/uapi -I$tree/arch/x86/include"
 make -C "$headers" M="$tree/arch/x86/kvm" -j"$(nproc)" \
     NOSTDINC_FLAGS="-nostdinc $ours" \
     CONFIG_KVM_INTEL= modules > "$out/build.log" 2>&1 || {
     tail -n 30 "$out/build.log" >&2
     die "the module build failed; full log in $out/build.log"
 }
-# The kernel's own code writes some fields of struct kvm_vcpu (see
-# abi-probe/abi-probe.c): our headers must leave them where it has them.
-abi_offsets() {
-    local dir=$out/abi-probe
-    rm -rf "$dir"
-    cp -r "$here/abi-probe" "$dir"
-    make -C "$headers" M="$dir" NOSTDINC_FLAGS="-nostdinc $1" \
-        abi-probe.s >> "$out/build.log" 2>&1 ||
-        die "the ABI probe did not build; full log in $out/build.log"
-    sed -n 's/.*"->\(HPKVM_ABI_[A-Z_]*\) \$\{0,1\}\([0-9]*\) .*/\1=\2/p' \
-        "$dir/abi-probe.s"
-}
-stock=$(abi_offsets "")
-patched=$(abi_offsets "$ours")
-[ -n "$stock" ] ||
-    die "no offsets in $out/abi-probe/abi-probe.s: adapt abi_offsets()"
-if [ "$stock" != "$patched" ]; then
-    die "the patches move fields of struct kvm_vcpu that linux-$kver" \
-        "itself writes; with these modules it would corrupt them." \
-        "Kernel: ${stock//$'\n'/ }; patched: ${patched//$'\n'/ }." \
-        "Add new fields after them (struct kvm_vcpu's hpkvm is last)."
-fi
 for m in kvm kvm-amd; do
     cp "$tree/arch/x86/kvm/$m.ko" "$out/$m.ko.new"
     mv "$out/$m.ko.new" "$out/$m.ko"

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * What the core kernel itself uses of struct kvm_vcpu, as offsets:
  * kvm_handle_signal_exit(), inlined in kernel/entry/kvm.c, writes
