@@ -30,6 +30,8 @@ typedef struct HpkvmFeatureState {
     HpkvmMechanism mechanism;
     char *reason;
     bool apicv;                 /* the grant rests on APIC virtualization */
+    bool has_delivered_by;      /* with apicv: the upstream mechanism */
+    HpkvmUpstreamMechanism delivered_by;
 } HpkvmFeatureState;
 
 struct HPKVMState {
@@ -177,5 +179,12 @@ const char *hpkvm_arch_unmet_requirement(HPKVMState *s, int f,
                                          const HpkvmGuestFacts *g,
                                          char **owned);
 HpkvmMechanism hpkvm_arch_fallback(HPKVMState *s, int f, const char **text);
+/*
+ * Per target: the upstream mechanism that delivers feature @f where the
+ * kernel granted it on APIC virtualization, into *@m, and its name for
+ * the report into *@name; false if this target has none to name.
+ */
+bool hpkvm_arch_apicv_mechanism(int f, HpkvmUpstreamMechanism *m,
+                                const char **name);
 
 #endif

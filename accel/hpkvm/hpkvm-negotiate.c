@@ -49,10 +49,32 @@ static void negotiate_set_result(HPKVMState *s, int f, bool granted,
     st->granted = granted;
     st->mechanism = mechanism;
     st->apicv = false;
+    st->has_delivered_by = false;
     g_free(st->reason);
     va_start(ap, fmt);
     st->reason = g_strdup_vprintf(fmt, ap);
     va_end(ap);
+}
+
+/*
+ * A grant that rests on APIC virtualization is upstream KVM's doing:
+ * stock KVM delivers the same on the same hardware, and the kernel's
+ * hpkvm code only checks that it is there.  The report names it.
+ */
+static void negotiate_set_apicv_grant(HPKVMState *s, int f)
+{
+    HpkvmFeatureState *st = &s->feat[f];
+    const char *name = "APIC virtualization";
+    HpkvmUpstreamMechanism m;
+    bool named = hpkvm_arch_apicv_mechanism(f, &m, &name);
+
+    negotiate_set_result(s, f, true, HPKVM_MECHANISM_UPSTREAM,
+                         "granted by the kernel, delivered by upstream "
+                         "KVM's %s, as stock KVM does: suspended while KVM "
+                         "inhibits it (apicv-inhibits)", name);
+    st->apicv = true;
+    st->has_delivered_by = named;
+    st->delivered_by = m;
 }
 
 /*
@@ -451,11 +473,7 @@ bool hpkvm_negotiate(HPKVMState *s, const HpkvmGuestFacts *g, Error **errp)
             continue;
         }
         if (ret == 0 && (req.apicv & req.granted & negotiate_feat_bit(f))) {
-            negotiate_set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
-                                 "granted by the kernel, on the CPU's APIC "
-                                 "virtualization: suspended while KVM "
-                                 "inhibits it (apicv-inhibits)");
-            s->feat[f].apicv = true;
+            negotiate_set_apicv_grant(s, f);
         } else if (ret == 0 && (req.granted & negotiate_feat_bit(f))) {
             negotiate_set_result(s, f, true, HPKVM_MECHANISM_PATCHED_KERNEL,
                                  "granted by the kernel");
@@ -552,6 +570,8 @@ HpkvmInfo *hpkvm_report(HPKVMState *s)
         fi->mechanism = s->feat[f].mechanism;
         fi->reason = g_strdup(s->feat[f].reason ?: "");
         fi->apicv = s->feat[f].apicv;
+        fi->has_delivered_by = s->feat[f].has_delivered_by;
+        fi->delivered_by = s->feat[f].delivered_by;
         QAPI_LIST_APPEND(tail, fi);
     }
     info->has_disabled_exits = true;

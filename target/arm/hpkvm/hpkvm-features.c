@@ -69,3 +69,14 @@ HpkvmMechanism hpkvm_arch_fallback(HPKVMState *s, int f, const char **text)
         return HPKVM_MECHANISM_NONE;
     }
 }
+
+/*
+ * The kernel grants no feature on Arm's interrupt virtualization (GICv4
+ * vLPIs and vSGIs are upstream KVM's, and not hpkvm grants): nothing to
+ * name.
+ */
+bool hpkvm_arch_apicv_mechanism(int f, HpkvmUpstreamMechanism *m,
+                                const char **name)
+{
+    return false;
+}

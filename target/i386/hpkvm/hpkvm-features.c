@@ -13,6 +13,8 @@
 #include "qemu/osdep.h"
 #include "accel/hpkvm/hpkvm-internal.h"
 #include "hpkvm-x86.h"
+#include "cpu.h"
+#include "host-cpu.h"
 
 const char *hpkvm_arch_unmet_requirement(HPKVMState *s, int f,
                                          const HpkvmGuestFacts *g,
@@ -79,4 +81,31 @@ HpkvmMechanism hpkvm_arch_fallback(HPKVMState *s, int f, const char **text)
                 "has them)";
         return HPKVM_MECHANISM_NONE;
     }
+}
+
+/*
+ * x86 grants on APIC virtualization: AMD's AVIC and AMD-Vi's posting
+ * into it (kvm/'s SVM, avic_hpkvm_refusal()), or Intel's APICv and
+ * VT-d's posted interrupts, by the host's vendor.
+ */
+bool hpkvm_arch_apicv_mechanism(int f, HpkvmUpstreamMechanism *m,
+                                const char **name)
+{
+    char vendor[CPUID_VENDOR_SZ + 1];
+    int family, model, stepping;
+    bool amd, irte = f == HPKVM_FEATURE_VFIO_IRTE;
+
+    host_cpu_vendor_fms(vendor, &family, &model, &stepping);
+    amd = !strcmp(vendor, CPUID_VENDOR_AMD);
+    if (amd) {
+        *m = irte ? HPKVM_UPSTREAM_MECHANISM_AMD_VI_GA_POSTING
+                  : HPKVM_UPSTREAM_MECHANISM_AVIC;
+        *name = irte ? "AMD-Vi guest virtual APIC posting into AVIC"
+                     : "AVIC (x2AVIC)";
+    } else {
+        *m = irte ? HPKVM_UPSTREAM_MECHANISM_VT_D_POSTING
+                  : HPKVM_UPSTREAM_MECHANISM_APICV;
+        *name = irte ? "VT-d posted interrupts" : "APICv";
+    }
+    return true;
 }
