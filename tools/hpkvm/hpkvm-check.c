@@ -240,8 +240,8 @@ static void check_host_cpus(Ctx *c)
 
 /*
  * hpkvm's reference KVM binds vCPUs only to the cores its hpkvm_cores
- * parameter names (every core unless the host's administrator narrowed
- * it): a leased core outside is one whose vCPU the kernel will not bind.
+ * parameter names (none unless the host's administrator opted them in):
+ * a leased core outside is one whose vCPU the kernel will not bind.
  */
 static void check_kvm_cores(Ctx *c)
 {
@@ -262,7 +262,17 @@ static void check_kvm_cores(Ctx *c)
         list = g_strdup("none");
     }
     if (!c->have_cores) {
-        check_add(c, "kvm-cores", INFO, NULL, "the kernel binds vCPUs to "
+        g_autofree char *opt_in = NULL;
+
+        if (hpkvm_cpuset_empty(&bindable)) {
+            opt_in = g_strdup_printf("to let VMs have cores of their own, "
+                                     "name them in kvm.hpkvm_cores: in %s "
+                                     "as root, and for good on the kernel "
+                                     "command line (or in /etc/modprobe.d "
+                                     "where KVM is a module)",
+                                     HPKVM_HOST_KVM_CORES);
+        }
+        check_add(c, "kvm-cores", INFO, opt_in, "the kernel binds vCPUs to "
                   "cores %s (kvm.hpkvm_cores)", list);
         return;
     }

@@ -306,6 +306,11 @@ def an_arm64_host_gets_arm64s_advice():
         expect(by, "gicv4", "info", "kvm-arm.vgic_v4_enable=1")
         expect(by, "clocksource", "warn", "architected timer")
         assert by["kvm-cores"][0]["verdict"] == "ok", by["kvm-cores"]
+        # The reference KVM as it boots: no core opted in; how to.
+        hostlib.write(root, "/sys/module/kvm/parameters/hpkvm_cores", "\n")
+        _, _, by = check(root, "--arch=aarch64")
+        expect(by, "kvm-cores", "info", "name them in kvm.hpkvm_cores")
+        assert "cores none" in by["kvm-cores"][0]["message"], by
         # Another kernel than the reference KVM: its policy, not ours.
         os.unlink(r("/sys/module/kvm/parameters/hpkvm_cores"))
         _, _, by = check(root, "--arch=aarch64", "--host-cpus=2-3")

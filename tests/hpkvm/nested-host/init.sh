@@ -74,6 +74,11 @@ while read -r m; do
     esac
     args=
     [ "${m##*/}" = kvm-amd.ko ] && args=$kvm_amd
+    # Our kvm.ko's kvm.* parameters on the command line, as modprobe
+    # would pass them (insmod does not): kvm.hpkvm_cores= above all, as
+    # it names no core by default.
+    [ "$m" = /hpkvm/kvm/kvm.ko ] &&
+        args=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^kvm\.//p')
     # shellcheck disable=SC2086 # one word per parameter
     insmod "$m" $args 2> $con || log "insmod $m $args failed"
 done < /etc/nested-host/modules

@@ -270,6 +270,13 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
                    f"nested_host.kernel={kernel}"]
         if kvm_amd:
             cmdline.append(f"nested_host.kvm_amd={kvm_amd}")
+        # Our KVM binds vCPUs only to the cores the host opts in (none by
+        # default): this host opts every core in, as an operator of a
+        # host for hpkvm VMs would its isolated ones, unless the test
+        # names its own list.
+        if kvm == "hpkvm" and not any(a.startswith("kvm.hpkvm_cores=")
+                                      for a in append):
+            cmdline.append(f"kvm.hpkvm_cores=0-{cpus - 1}")
         if arch == "aarch64":
             # EL2 for KVM (VHE: -cpu max has it), GICv3 and its ITS.
             # pauth-impdef: TCG's architected pointer authentication
