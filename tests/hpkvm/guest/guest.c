@@ -44,6 +44,13 @@
  *             register with another ID and then its own again: what makes
  *             KVM inhibit APIC virtualization for the VM (for good, in
  *             Linux 6.1), as a guest that renumbers its APICs does
+ *   ap-timers with halts=, before each HLT the first AP arms a one-shot
+ *             timer from a sweep of counts, exits once and waits for it
+ *             (timer-view.c)
+ *   tmict-check  read TMICT back across exits, the expiry and a switch to
+ *             periodic: what the guest wrote each time (timer-view.c)
+ *   cr8=N     N writes of CR8 up and down, then checks of what the
+ *             priority masks and reads across exits (cr8.c)
  *   wedge=N   after the result line, with one vCPU: N rounds of ICR,
  *             self-IPI and TPR writes of any value with interrupts off,
  *             then IF=0 forever without halting (see wedge.c)
@@ -88,6 +95,7 @@
 #define VNET_WAIT_CYCLES    20000000000ull
 #define ONESHOT_COUNT       100000u
 #define WAKE_RETRY_CYCLES   1000000000ull
+#define WAKE_STALL_RETRIES  5
 
 /* The soak workload's memory: identity-mapped, above the guest image. */
 #define SOAK_BASE           0x400000ull
@@ -349,6 +357,8 @@ static uint32_t fw_cfg_nb_cpus(void)
 
 void ap_main(uint32_t slot)
 {
+    /* Only the first AP is woken from HLT (wake_ap()). */
+    bool ap_timers = slot == 0 && option("ap-timers");
     uint32_t before;
 
     load_idt();
@@ -385,6 +395,10 @@ void ap_main(uint32_t slot)
             }
             __asm__ volatile("cli");
             continue;
+        }
+        if (ap_timers) {
+            ap_timer_before_halt(
+                __atomic_load_n(&halts_entered, __ATOMIC_RELAXED));
         }
         __atomic_fetch_add(&halts_entered, 1, __ATOMIC_RELEASE);
         __asm__ volatile("sti; hlt; cli");
@@ -463,7 +477,8 @@ uint64_t option(const char *name)
  * Wake the first AP from HLT n times: each IPI only once the AP is on its
  * way into HLT, so that the AP executes exactly n HLTs that IPIs end.
  * An IPI the AP has not answered within WAKE_RETRY_CYCLES is sent again
- * and counted in *retries (a wake-up the platform lost, or a slow one).
+ * and counted in *retries (a wake-up the platform lost, or a slow one);
+ * a wake-up that WAKE_STALL_RETRIES IPIs more do not bring ends it.
  * Returns the number of HLTs the AP left: at least n, more if an HLT
  * ended without an IPI (e.g. a hypervisor re-entering the guest after a
  * native HLT).
@@ -478,10 +493,13 @@ static uint32_t wake_ap(uint32_t n, uint64_t halt_cycles, uint32_t *retries)
         return 0;
     }
     for (i = 0; i < n; i++) {
+        uint32_t resent = 0;
+
         delay_cycles(halt_cycles);
         send_ipi(apic_id, ICR_FIXED | VEC_WAKE);
         while (!wait_for(&halts_entered, i + 2, WAKE_RETRY_CYCLES)) {
-            if (++*retries > n) {
+            /* One IPI after another lost: the AP is stuck, not slow. */
+            if (++*retries > n || ++resent > WAKE_STALL_RETRIES) {
                 return __atomic_load_n(&halts_entered, __ATOMIC_ACQUIRE) - 1;
             }
             send_ipi(apic_id, ICR_FIXED | VEC_WAKE);
@@ -725,6 +743,8 @@ void bsp_main(void)
     set_gate(VEC_TIMER, timer_handler);
     set_gate(VEC_WAKE, wake_handler);
     set_gate(VEC_SPURIOUS, spurious_handler);
+    ap_timers_init();
+    cr8_init();
     load_idt();
     x2apic = has_feature_ecx1(21);
     /*
@@ -801,7 +821,13 @@ void bsp_main(void)
         }
         woken = wake_ap(halts, option("halt-cycles"), &retries);
         if (woken < halts) {
-            fail("the AP stopped waking up from HLT");
+            puts_serial("hpkvm-guest: FAIL the AP stopped waking up from "
+                        "HLT after ");
+            putu_serial(woken);
+            puts_serial(" of ");
+            putu_serial(halts);
+            puts_serial(" wake-ups\n");
+            guest_exit(GUEST_FAIL);
         }
     }
 
@@ -810,6 +836,13 @@ void bsp_main(void)
             fail("msix needs a second vCPU");
         }
         msix_bdf = program_msix();
+    }
+
+    if (option("tmict-check")) {
+        tmict_check();
+    }
+    if (option("cr8")) {
+        cr8_check(option("cr8"));
     }
 
     /* More of the first: where each timer interrupt fires on the host. */
@@ -867,6 +900,13 @@ void bsp_main(void)
     if (option("vf-msis")) {
         puts_serial(" vf-msis=");
         putu_serial(option("vf-msis"));
+    }
+    if (option("tmict-check")) {
+        puts_serial(" tmict-check=ok");
+    }
+    if (option("cr8")) {
+        puts_serial(" cr8=");
+        putu_serial(option("cr8"));
     }
     if (halts) {
         puts_serial(" halts=");

@@ -50,6 +50,8 @@
 #define VEC_WAKE        0x42
 #define VEC_BENCH       0x43
 #define VEC_VF          0x44
+#define VEC_AP_TIMER    0x45
+#define VEC_CR8         0x46    /* class 4: below CR8 = 4, above 3 */
 #define VEC_SPURIOUS    0xff
 
 /* What an interrupt handler (__attribute__((interrupt))) is given. */
@@ -107,6 +109,19 @@ void vf_raise_msi(volatile uint32_t *regs);         /* MMIO: volatile */
 /* vf-msis=N: @n MSIs of the VF to the first AP, each while it halts */
 void vf_msis_to_halted_ap(uint32_t n);
 void set_gate(int vec, void *handler);
+
+/*
+ * timer-view.c: the one-shot timer's registers across exits
+ * ("tmict-check"), and the AP's timer due at an entry ("ap-timers")
+ */
+void tmict_check(void);
+void ap_timers_init(void);
+/* before the AP's @i-th HLT: a one-shot count from the sweep, an exit */
+void ap_timer_before_halt(uint32_t i);
+
+/* cr8.c: CR8 writes, and what the priority they set does ("cr8=N") */
+void cr8_init(void);
+void cr8_check(uint64_t writes);
 
 /* bench.c: the micro-benchmarks ("bench=N") */
 void bench_run(uint32_t ncpus, bool tsc_deadline);
