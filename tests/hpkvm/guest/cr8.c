@@ -47,13 +47,6 @@ static inline uint64_t cr8_read(void)
     return v;
 }
 
-static void cr8_exit(void)
-{
-    uint32_t a, b, c, d;
-
-    cpuid(0, &a, &b, &c, &d);
-}
-
 void cr8_init(void)
 {
     set_gate(VEC_CR8, cr8_handler);
@@ -83,7 +76,7 @@ void cr8_check(uint64_t writes)
     }
 
     cr8_write(5);
-    cr8_exit();
+    cpu_exit_once();
     if (cr8_read() != 5) {
         fail("cr8: CR8 written 5 read otherwise after an exit");
     }

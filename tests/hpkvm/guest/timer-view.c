@@ -59,13 +59,6 @@ static void ap_timer_handler(struct interrupt_frame *frame)
     lapic_write(LAPIC_EOI, 0);
 }
 
-static void timer_view_exit(void)
-{
-    uint32_t a, b, c, d;
-
-    cpuid(0, &a, &b, &c, &d);
-}
-
 static void tmict_expect(const char *when)
 {
     uint32_t v = lapic_read(LAPIC_TIMER_ICR);
@@ -90,13 +83,13 @@ void tmict_check(void)
     lapic_write(LAPIC_LVT_TIMER, VEC_TIMER);
     lapic_write(LAPIC_TIMER_ICR, TMICT_CHECK_COUNT);
     tmict_expect("right after the write");
-    timer_view_exit();
+    cpu_exit_once();
     tmict_expect("after an exit");
     if (!wait_for(&timer_fired, 1, TMICT_WAIT_CYCLES)) {
         fail("tmict-check: the timer never fired");
     }
     tmict_expect("after the expiry");
-    timer_view_exit();
+    cpu_exit_once();
     tmict_expect("after an exit past the expiry");
     lapic_write(LAPIC_LVT_TIMER, LVT_PERIODIC | LVT_MASKED | VEC_TIMER);
     tmict_expect("after switching to periodic");
@@ -142,7 +135,7 @@ void ap_timer_before_halt(uint32_t i)
         lapic_write(LAPIC_LVT_TIMER, VEC_AP_TIMER);
     }
     lapic_write(LAPIC_TIMER_ICR, AP_TIMER_STEP * (1 + i % AP_TIMER_STEPS));
-    timer_view_exit();
+    cpu_exit_once();
     if (!wait_for(&ap_timer_fired, fired + 1, AP_TIMER_WAIT_CYCLES)) {
         ap_timer_lost(i);
     }
