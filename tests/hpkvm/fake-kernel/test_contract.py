@@ -105,10 +105,6 @@ EXCLUDED = {
         "EINVAL for interrupt features of a VM without the in-kernel "
         "irqchip: the double does not model the irqchip (QEMU checks it "
         "itself before it asks)",
-    "/hpkvm-contract/bind/claims-patch-text-once":
-        "the claim of an owned APIC's core, and the kernel text it may "
-        "patch, are the reference kernel's: the double claims nothing, "
-        "and this machine's function call interrupts are not its own",
     "/hpkvm-contract/bind/last-core-is-the-hosts":
         "needs the kernel's table of held cores across VMs (the last "
         "core without a holder is the host's)",

@@ -43,7 +43,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -1502,88 +1501,6 @@ static void contract_list_cpus(void)
     }
 }
 
-/* Function call interrupts (/proc/interrupts' CAL) of every CPU but @but. */
-static uint64_t contract_cal_but(unsigned int but)
-{
-    g_autofree char *text = NULL;
-    g_auto(GStrv) lines = NULL;
-    uint64_t sum = 0;
-    unsigned int i, cpu;
-
-    g_assert_true(g_file_get_contents("/proc/interrupts", &text, NULL,
-                                      NULL));
-    lines = g_strsplit(text, "\n", -1);
-    for (i = 0; lines[i]; i++) {
-        char *p = g_strstrip(lines[i]);
-
-        if (!g_str_has_prefix(p, "CAL:")) {
-            continue;
-        }
-        p += strlen("CAL:");
-        for (cpu = 0; cpu < contract_online(); cpu++) {
-            uint64_t n = g_ascii_strtoull(p, &p, 10);
-
-            sum += cpu == but ? 0 : n;
-        }
-        return sum;
-    }
-    g_error("/proc/interrupts has no CAL line");
-}
-
-#define CONTRACT_CLAIM_ROUNDS 100
-
-/*
- * A VM that binds a vCPU whose guest may own its core's APIC claims the
- * core, and releases it when it goes.  Only the first claim of the
- * host's life may patch the kernel's text (a static key), which stops
- * every CPU with function calls: CONTRACT_CLAIM_ROUNDS VMs that come and
- * go after it cost the other CPUs fewer function calls than rounds.
- * Where no VM gets the owned APIC (irq-passthrough without APIC
- * virtualization, with dynamic nohz), nothing claims a core: skipped,
- * and the nested host's owned-APIC tests look for "claim-rounds" in its
- * log.
- */
-static void test_bind_claims_patch_text_once(void)
-{
-    const uint64_t owned = HPKVM_FEAT_EXCLUSIVE_CORES |
-                           HPKVM_FEAT_DYNAMIC_NOHZ |
-                           HPKVM_FEAT_IRQ_PASSTHROUGH;
-    unsigned int cpu = contract_last_cpu(), round;
-    uint64_t before = 0;
-
-    for (round = 0; round <= CONTRACT_CLAIM_ROUNDS; round++) {
-        struct hpkvm_enable req = {
-            .requested = owned, .required = owned, .nr_vcpus = 1,
-        };
-        ContractWorker *w;
-        ContractVcpu vcpu;
-        ContractVm vm;
-
-        contract_vm_new(&vm);
-        if (contract_enable(&vm, &req) < 0 || req.granted != owned ||
-            req.apicv) {
-            g_assert_cmpuint(round, ==, 0);
-            contract_vm_free(&vm);
-            g_test_skip("no owned APIC on this host: no core is claimed");
-            return;
-        }
-        contract_vcpu_new(&vm, 0, &vcpu);
-        w = contract_worker_new();
-        /* Round 0's claim may be the host's first: counted from round 1. */
-        if (round == 1) {
-            before = contract_cal_but(cpu);
-        }
-        g_assert_cmpint(contract_bind(w, &vcpu, cpu), ==, 0);
-        contract_worker_free(w);
-        contract_vcpu_free(&vcpu);
-        contract_vm_free(&vm);
-    }
-    g_test_message("claim-rounds=%d function-calls=%" PRIu64,
-                   CONTRACT_CLAIM_ROUNDS, contract_cal_but(cpu) - before);
-    g_assert_cmpuint(contract_cal_but(cpu) - before, <,
-                     CONTRACT_CLAIM_ROUNDS);
-}
-
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -1632,8 +1549,6 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm-contract/bind/last-core-is-the-hosts",
                     test_bind_last_core_is_the_hosts);
     g_test_add_func("/hpkvm-contract/bind/host-cores", test_bind_host_cores);
-    g_test_add_func("/hpkvm-contract/bind/claims-patch-text-once",
-                    test_bind_claims_patch_text_once);
     g_test_add_func("/hpkvm-contract/run/unbound", test_run_unbound);
     g_test_add_func("/hpkvm-contract/run/other-thread",
                     test_run_other_thread);
