@@ -74,7 +74,9 @@ static void negotiate_set_apicv_grant(HPKVMState *s, int f)
                          "inhibits it (apicv-inhibits)", name);
     st->apicv = true;
     st->has_delivered_by = named;
-    st->delivered_by = m;
+    if (named) {
+        st->delivered_by = m;
+    }
 }
 
 /*

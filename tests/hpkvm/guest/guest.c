@@ -46,7 +46,8 @@
  *             Linux 6.1), as a guest that renumbers its APICs does
  *   ap-timers with halts=, before each HLT the first AP arms a one-shot
  *             timer from a sweep of counts, exits once and waits for it
- *             (timer-view.c)
+ *             (timer-view.c; the reproducer of a loss still open under
+ *             timer-passthrough, docs/devel/hpkvm-kvm.rst)
  *   tmict-check  read TMICT back across exits, the expiry and a switch to
  *             periodic: what the guest wrote each time (timer-view.c)
  *   cr8=N     N writes of CR8 up and down, then checks of what the
