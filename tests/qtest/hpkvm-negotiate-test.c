@@ -144,15 +144,10 @@ static bool has_exit(QDict *info, const char *name)
 /* Is this host's CPU AMD's (whose APIC virtualization is AVIC)? */
 static bool host_is_amd(void)
 {
-#ifdef __x86_64__
-    uint32_t ebx, ecx, edx;
+    g_autofree char *cpuinfo = NULL;
 
-    asm("cpuid" : "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(0));
-    /* "AuthenticAMD" */
-    return ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
-#else
-    return false;
-#endif
+    g_assert(g_file_get_contents("/proc/cpuinfo", &cpuinfo, NULL, NULL));
+    return strstr(cpuinfo, "AuthenticAMD") != NULL;
 }
 
 static void assert_feature(QDict *info, const char *name, bool granted,
