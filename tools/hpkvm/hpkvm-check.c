@@ -243,6 +243,11 @@ static void check_host_cpus(Ctx *c)
  * parameter names (none unless the host's administrator opted them in):
  * a leased core outside is one whose vCPU the kernel will not bind.
  */
+/* Where an operator sets kvm.hpkvm_cores: a format for the fix's tail. */
+#define CHECK_KVM_CORES_WHERE "kvm.hpkvm_cores: in " HPKVM_HOST_KVM_CORES \
+    " as root, and for good on the kernel command line (or in " \
+    "/etc/modprobe.d where KVM is a module)"
+
 static void check_kvm_cores(Ctx *c)
 {
     g_autofree char *list = NULL, *miss_s = NULL, *fix = NULL;
@@ -265,12 +270,8 @@ static void check_kvm_cores(Ctx *c)
         g_autofree char *opt_in = NULL;
 
         if (hpkvm_cpuset_empty(&bindable)) {
-            opt_in = g_strdup_printf("to let VMs have cores of their own, "
-                                     "name them in kvm.hpkvm_cores: in %s "
-                                     "as root, and for good on the kernel "
-                                     "command line (or in /etc/modprobe.d "
-                                     "where KVM is a module)",
-                                     HPKVM_HOST_KVM_CORES);
+            opt_in = g_strdup("to let VMs have cores of their own, name "
+                              "them in " CHECK_KVM_CORES_WHERE);
         }
         check_add(c, "kvm-cores", INFO, opt_in, "the kernel binds vCPUs to "
                   "cores %s (kvm.hpkvm_cores)", list);
@@ -283,10 +284,7 @@ static void check_kvm_cores(Ctx *c)
         return;
     }
     miss_s = hpkvm_cpuset_format(&missing);
-    fix = g_strdup_printf("add %s to kvm.hpkvm_cores: in %s as root, and "
-                          "for good on the kernel command line (or in "
-                          "/etc/modprobe.d where KVM is a module)", miss_s,
-                          HPKVM_HOST_KVM_CORES);
+    fix = g_strdup_printf("add %s to " CHECK_KVM_CORES_WHERE, miss_s);
     check_add(c, "kvm-cores", WARN, fix, "the kernel does not bind vCPUs to "
               "%s (kvm.hpkvm_cores: %s): exclusive-cores=auto goes without "
               "it, exclusive-cores=on does not start", miss_s, list);
