@@ -84,6 +84,7 @@ bool hpkvm_leases_take(HpkvmLeases *l, const HpkvmHost *h,
                        const char *state_dir, const HpkvmCpuSet *cores,
                        Error **errp)
 {
+    ERRP_GUARD();
     g_autofree char *dir = NULL;
     int dfd = lease_dir(h, state_dir, &dir, errp);
     unsigned cpu;
@@ -142,6 +143,7 @@ bool hpkvm_leases_adopt(HpkvmLeases *l, const HpkvmHost *h,
                         const char *state_dir, unsigned cpu, int fd,
                         Error **errp)
 {
+    ERRP_GUARD();
     g_autofree char *dir = NULL;
     g_autofree char *name = g_strdup_printf("cpu%u", cpu);
     int dfd = lease_dir(h, state_dir, &dir, errp);

@@ -306,6 +306,7 @@ static int negotiate_first_refused(const struct hpkvm_enable *req,
 
 static bool negotiate_rollback(HPKVMState *s, const char *why, Error **errp)
 {
+    ERRP_GUARD();
     int ret, f;
 
     trace_hpkvm_rollback(why);

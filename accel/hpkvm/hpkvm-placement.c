@@ -166,6 +166,7 @@ static void placement_bind_on_vcpu_thread(CPUState *cpu, run_on_cpu_data data)
 static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
                            Error **errp)
 {
+    ERRP_GUARD();
     BindWork w = { .s = s, .may_defer = may_defer };
 
     run_on_cpu(cpu, placement_bind_on_vcpu_thread, RUN_ON_CPU_HOST_PTR(&w));

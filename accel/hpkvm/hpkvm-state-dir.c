@@ -14,6 +14,7 @@
 static bool state_check(int fd, const char *shown, bool dir, mode_t deny,
                         Error **errp)
 {
+    ERRP_GUARD();
     struct stat st;
 
     if (fstat(fd, &st) < 0) {
@@ -49,6 +50,7 @@ static bool state_check(int fd, const char *shown, bool dir, mode_t deny,
 static int state_subdir(int parent, const char *name, const char *shown,
                         Error **errp)
 {
+    ERRP_GUARD();
     int fd;
 
     if (mkdirat(parent, name, 0700) < 0 && errno != EEXIST) {
@@ -79,6 +81,7 @@ static int state_subdir(int parent, const char *name, const char *shown,
 int hpkvm_state_dir_open(const HpkvmHost *h, const char *state_dir,
                          const char *sub, Error **errp)
 {
+    ERRP_GUARD();
     g_autofree char *shown = g_strconcat(h->root, state_dir, NULL);
     g_autofree char *shown_sub = NULL;
     g_autofree char *name = NULL;
@@ -122,6 +125,7 @@ int hpkvm_state_dir_open(const HpkvmHost *h, const char *state_dir,
 int hpkvm_state_file_open(int dfd, const char *dir, const char *name,
                           int flags, Error **errp)
 {
+    ERRP_GUARD();
     g_autofree char *shown = g_strdup_printf("%s/%s", dir, name);
     int fd = openat(dfd, name, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
     int err = errno;

@@ -208,6 +208,7 @@ static bool hpnet_poll_until(int fd, GIOCondition events, int64_t deadline)
 static bool hpnet_vhost_user_peer_connects(SocketChardev *sc, const char *what,
                                            uint32_t timeout, Error **errp)
 {
+    ERRP_GUARD();
     int64_t deadline = g_get_monotonic_time() + timeout * G_USEC_PER_SEC;
 
     if (!sc->listener || sc->listener->nsioc < 1 ||
@@ -232,6 +233,7 @@ static bool hpnet_vhost_user_peer_connects(SocketChardev *sc, const char *what,
 static bool hpnet_vhost_user_answers(SocketChardev *sc, const char *what,
                                      uint32_t timeout, Error **errp)
 {
+    ERRP_GUARD();
     int64_t deadline = g_get_monotonic_time() + timeout * G_USEC_PER_SEC;
     uint32_t ask[3] = {
         cpu_to_le32(HPNET_VHOST_USER_GET_FEATURES),
@@ -452,6 +454,7 @@ static void hpnet_check_backends(Notifier *n, void *data)
 static bool hpnet_check_fd(const char *opt, const char *value,
                            const char *what, const char *name, Error **errp)
 {
+    ERRP_GUARD();
     int fd;
 
     if (value && !qemu_strtoi(value, NULL, 10, &fd) && fd >= 0 &&
@@ -470,6 +473,7 @@ static bool hpnet_check_fd(const char *opt, const char *value,
 static bool hpnet_check_options(const NetdevHpnetOptions *o,
                                 const char *name, Error **errp)
 {
+    ERRP_GUARD();
     if (!hpnet_check_fd("fd", o->fd, "a tap", name, errp) ||
         !hpnet_check_fd("vhostfd", o->vhostfd, "/dev/vhost-net", name,
                         errp)) {

@@ -47,6 +47,7 @@ HpkvmHelperPolicy *hpkvm_helper_policy_parse(const char *text,
                                              const char *shown,
                                              Error **errp)
 {
+    ERRP_GUARD();
     g_autoptr(HpkvmHelperPolicy) p = g_new0(HpkvmHelperPolicy, 1);
     g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
     int i;
