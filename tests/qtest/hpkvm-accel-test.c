@@ -53,11 +53,6 @@ static const char *guest_path(void)
     return path;
 }
 
-static bool kvm_usable(void)
-{
-    return access("/dev/kvm", R_OK | W_OK) == 0;
-}
-
 static bool query_enabled(QTestState *qts, const char *command)
 {
     QDict *resp = qtest_qmp(qts, "{'execute': %s}", command);
@@ -134,8 +129,9 @@ static void assert_hpkvm_in_charge(GuestRun *run)
 
 static bool skip_without_kvm(void)
 {
-    if (!kvm_usable()) {
-        g_test_skip("/dev/kvm is missing or not read-write here");
+    if (!qtest_has_accel("kvm")) {
+        g_test_skip("KVM is not built for this target or /dev/kvm is "
+                    "missing or not read-write here");
         return true;
     }
     return false;

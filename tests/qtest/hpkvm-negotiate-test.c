@@ -37,8 +37,9 @@ static const char *const features[] = {
 
 static bool skip_without_kvm(void)
 {
-    if (access("/dev/kvm", R_OK | W_OK) != 0) {
-        g_test_skip("/dev/kvm is missing or not read-write here");
+    if (!qtest_has_accel("kvm")) {
+        g_test_skip("KVM is not built for this target or /dev/kvm is "
+                    "missing or not read-write here");
         return true;
     }
     return false;
