@@ -242,12 +242,30 @@ static void test_accel_help_lists_hpkvm(void)
 
 static void test_accel_hpkvm_help_lists_props(void)
 {
+    /* hpkvm-accel's own properties, and their types. */
+    static const char *const own[][2] = {
+        { "exclusive-cores", "OnOffAuto" }, { "irq-passthrough", "OnOffAuto" },
+        { "timer-passthrough", "OnOffAuto" }, { "ipi-fastpath", "OnOffAuto" },
+        { "vfio-irte", "OnOffAuto" }, { "dynamic-nohz", "OnOffAuto" },
+        { "dynamic-isolation", "OnOffAuto" }, { "host-cpus", "str" },
+        { "housekeeping-cpus", "str" }, { "helper", "str" },
+        { "x-host-root", "str" },
+    };
     g_autofree char *out = NULL, *err = NULL;
+    size_t i;
 
     g_assert_cmpint(run_qemu("-accel hpkvm,help", &out, &err), ==, 0);
     /* kvm-accel's properties, inherited, with their descriptions. */
     g_assert(strstr(out, "kernel-irqchip=<on|off|split>"));
     g_assert(strstr(out, "Path to the device node to use"));
+    /* hpkvm's own, each with its type and a description. */
+    for (i = 0; i < ARRAY_SIZE(own); i++) {
+        g_autofree char *line = g_strdup_printf("^  %s=<%s> +- \\S",
+                                                own[i][0], own[i][1]);
+
+        g_test_message("looking for %s", line);
+        g_assert(g_regex_match_simple(line, out, G_REGEX_MULTILINE, 0));
+    }
 }
 
 static void test_bad_property_value(void)
