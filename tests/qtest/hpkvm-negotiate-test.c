@@ -77,35 +77,73 @@ static bool skip_without_own_cores(void)
     return false;
 }
 
-/* Run with the fake kernel scripted by spec (NULL: the real kernel). */
-static void use_fake_kernel(const char *spec, const char *log)
+/*
+ * QEMU's command, on the real kernel if spec is NULL, else on the stand-in
+ * for the patched kernel, scripted by spec, logging to log (emptied
+ * first).  The fake kernel's variables are given to that one QEMU only,
+ * through env(1): this test's own environment never holds LD_PRELOAD, so
+ * no later case runs on the fake kernel, whatever happened to this one.
+ */
+static char *qemu_command(const char *spec, const char *log)
 {
-    if (spec) {
-        g_autofree char *lib = g_canonicalize_filename(FAKE_KERNEL, NULL);
+    const char *qemu = g_getenv("QTEST_QEMU_BINARY");
+    g_autofree char *lib = NULL;
+    g_autofree char *q_lib = NULL, *q_spec = NULL, *q_log = NULL;
 
-        g_assert(g_file_test(lib, G_FILE_TEST_EXISTS));
-        g_setenv("LD_PRELOAD", lib, true);
-        g_setenv("HPKVM_FAKE_KERNEL", spec, true);
-        g_setenv("HPKVM_FAKE_KERNEL_LOG", log, true);
-        unlink(log);
-    } else {
-        g_unsetenv("LD_PRELOAD");
-        g_unsetenv("HPKVM_FAKE_KERNEL");
-        g_unsetenv("HPKVM_FAKE_KERNEL_LOG");
+    if (!spec) {
+        return g_strdup(qemu);
     }
+    lib = g_canonicalize_filename(FAKE_KERNEL, NULL);
+    g_assert(g_file_test(lib, G_FILE_TEST_EXISTS));
+    unlink(log);
+    q_lib = g_shell_quote(lib);
+    q_spec = g_shell_quote(spec);
+    q_log = g_shell_quote(log);
+    return g_strdup_printf("env LD_PRELOAD=%s HPKVM_FAKE_KERNEL=%s "
+                           "HPKVM_FAKE_KERNEL_LOG=%s %s",
+                           q_lib, q_spec, q_log, qemu);
 }
 
-static QDict *query_hpkvm(const char *args)
-{
-    QTestState *qts = qtest_initf("-S -machine pc -smp 2 %s", args);
-    QDict *resp = qtest_qmp(qts, "{'execute': 'query-hpkvm'}");
-    QDict *ret = qdict_get_qdict(resp, "return");
+/*
+ * Read by qtest_init_with_env() only, and set only while it starts a
+ * QEMU: that QEMU's command.
+ */
+#define QEMU_VAR "HPKVM_NEGOTIATE_TEST_QEMU"
 
+/* qtest_init(), with spec and log as for qemu_command(). */
+static QTestState *qtest_init_on_fake(const char *spec, const char *log,
+                                      const char *args)
+{
+    g_autofree char *qemu = qemu_command(spec, log);
+    QTestState *qts;
+
+    g_setenv(QEMU_VAR, qemu, true);
+    qts = qtest_init_with_env(QEMU_VAR, args, true);
+    g_unsetenv(QEMU_VAR);
+    return qts;
+}
+
+/* query-hpkvm's answer; spec and log as for qemu_command(). */
+static QDict *query_hpkvm_on_fake(const char *spec, const char *log,
+                                  const char *args)
+{
+    g_autofree char *qemu_args = g_strdup_printf("-S -machine pc -smp 2 %s",
+                                                 args);
+    QTestState *qts = qtest_init_on_fake(spec, log, qemu_args);
+    QDict *resp, *ret;
+
+    resp = qtest_qmp(qts, "{'execute': 'query-hpkvm'}");
+    ret = qdict_get_qdict(resp, "return");
     g_assert(ret);
     qobject_ref(ret);
     qobject_unref(resp);
     qtest_quit(qts);
     return ret;
+}
+
+static QDict *query_hpkvm(const char *args)
+{
+    return query_hpkvm_on_fake(NULL, NULL, args);
 }
 
 static QDict *feature(QDict *info, const char *name)
@@ -162,23 +200,32 @@ static void assert_feature(QDict *info, const char *name, bool granted,
     g_assert(strstr(qdict_get_str(f, "reason"), reason_part));
 }
 
-/* Run QEMU to its end; returns its exit status, stderr in *err. */
-static int run_qemu(const char *args, char **err)
+/*
+ * Run QEMU to its end; returns its exit status, stderr in *err; spec and
+ * log as for qemu_command().
+ */
+static int run_qemu_on_fake(const char *spec, const char *log,
+                            const char *args, char **err)
 {
+    g_autofree char *qemu = qemu_command(spec, log);
     g_autofree char *cmd = g_strdup_printf("%s -machine pc -display none "
                                            "-S -monitor none %s",
-                                           g_getenv("QTEST_QEMU_BINARY"),
-                                           args);
+                                           qemu, args);
     g_auto(GStrv) argv = NULL;
     g_autofree char *out = NULL;
     int status;
 
     g_assert(g_shell_parse_argv(cmd, NULL, &argv, NULL));
     /* -S with no monitor would wait forever: give it a deadline. */
-    g_assert(g_spawn_sync(NULL, argv, NULL, G_SPAWN_DEFAULT, NULL, NULL,
+    g_assert(g_spawn_sync(NULL, argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL,
                           &out, err, &status, NULL));
     g_test_message("%s -> %d: %s", cmd, status, *err);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run_qemu(const char *args, char **err)
+{
+    return run_qemu_on_fake(NULL, NULL, args, err);
 }
 
 static char *read_log(const char *log)
@@ -210,7 +257,6 @@ static void test_unpatched_kernel_report(void)
     if (skip_without_kvm()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     info = query_hpkvm("-accel hpkvm " CPU);
     g_assert(qdict_get_bool(info, "enabled"));
     g_assert(qdict_get_bool(info, "negotiated"));
@@ -243,7 +289,6 @@ static void test_unpatched_own_cores(void)
     if (skip_without_own_cores()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
     exits = host_disable_exits();
     /* What KVM answered, nothing more. */
@@ -266,7 +311,6 @@ static void test_exclusive_cores_off(void)
     if (skip_without_kvm()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     info = query_hpkvm("-accel hpkvm,exclusive-cores=off " CPU);
     assert_feature(info, "exclusive-cores", false, "none", "=off");
     g_assert(!has_exit(info, "hlt") && !has_exit(info, "pause"));
@@ -285,7 +329,6 @@ static void test_on_without_patched_kernel_fails(void)
     if (skip_without_own_cores()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     g_assert_cmpint(run_qemu("-accel hpkvm," OWN_CORES ",irq-passthrough=on "
                              CPU, &err), ==, 1);
     g_assert(strstr(err, "irq-passthrough=on, but the kernel has no hpkvm "
@@ -310,9 +353,8 @@ static void test_halt_poll_where_hlt_exits(void)
     has_halt_poll = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_HALT_POLL) > 0;
     close(fd);
     /* A KVM that cannot disable any exit. */
-    use_fake_kernel("supported=0,disable_exits=0", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
-    use_fake_kernel(NULL, NULL);
+    info = query_hpkvm_on_fake("supported=0,disable_exits=0", log,
+                               "-accel hpkvm," OWN_CORES " " CPU);
     g_assert(!has_exit(info, "hlt"));
     g_assert_cmpint(qdict_haskey(info, "halt-poll-ns"), ==, has_halt_poll);
     if (has_halt_poll) {
@@ -331,7 +373,6 @@ static void test_info_hpkvm(void)
     if (skip_without_kvm()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     qts = qtest_initf("-S -machine pc -smp 2 -accel hpkvm " CPU);
     out = qtest_hmp(qts, "info hpkvm");
     qtest_quit(qts);
@@ -370,7 +411,6 @@ static void test_impossible_combinations(void)
     if (skip_without_kvm()) {
         return;
     }
-    use_fake_kernel(NULL, NULL);
     g_assert_cmpint(run_qemu("-accel hpkvm,ipi-fastpath=on "
                              "-cpu host,-arch-capabilities,x2apic=off", &e1),
                     ==, 1);
@@ -406,9 +446,8 @@ static void test_fake_grants_all(void)
     if (skip_without_own_cores()) {
         return;
     }
-    use_fake_kernel("supported=0x3f", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
-    use_fake_kernel(NULL, NULL);
+    info = query_hpkvm_on_fake("supported=0x3f", log,
+                               "-accel hpkvm," OWN_CORES " " TIMER_CPU);
     text = read_log(log);
     g_assert_cmpint(qdict_get_int(info, "kernel-version"), ==, 2);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
@@ -424,9 +463,8 @@ static void test_fake_grants_all(void)
     }
 
     /* A kernel granting interrupts on APIC virtualization says so. */
-    use_fake_kernel("supported=0x3f,apicv=0xa", log);
-    apicv = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
-    use_fake_kernel(NULL, NULL);
+    apicv = query_hpkvm_on_fake("supported=0x3f,apicv=0xa", log,
+                                "-accel hpkvm," OWN_CORES " " TIMER_CPU);
     for (i = 0; i < ARRAY_SIZE(features); i++) {
         bool on_apicv = !strcmp(features[i], "irq-passthrough") ||
                         !strcmp(features[i], "ipi-fastpath");
@@ -464,9 +502,8 @@ static void test_fake_refuses_under_auto(void)
                                                 GRANTABLE & ~(1u << i));
         g_autoptr(QDict) info = NULL;
 
-        use_fake_kernel(spec, log);
-        info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
-        use_fake_kernel(NULL, NULL);
+        info = query_hpkvm_on_fake(spec, log, "-accel hpkvm," OWN_CORES " "
+                                   TIMER_CPU);
         g_free(read_log(log));
         for (j = 0; j < ARRAY_SIZE(features); j++) {
             if (j == i || (i == 0 && builds_on_exclusive(j))) {
@@ -508,9 +545,7 @@ static void test_fake_refuses_under_on(void)
             "exclusively this VM's", features[i]);
         g_autofree char *err = NULL, *text = NULL;
 
-        use_fake_kernel(spec, log);
-        g_assert_cmpint(run_qemu(args, &err), ==, 1);
-        use_fake_kernel(NULL, NULL);
+        g_assert_cmpint(run_qemu_on_fake(spec, log, args, &err), ==, 1);
         text = read_log(log);
         /* "on" is required: the kernel grants nothing rather than a part. */
         g_assert(strstr(text, required));
@@ -532,8 +567,8 @@ static void test_fake_fails_part_way(void)
         return;
     }
     /* auto: QEMU undoes the half-applied grants and falls back. */
-    use_fake_kernel("enable=5", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " TIMER_CPU);
+    info = query_hpkvm_on_fake("enable=5", log,
+                               "-accel hpkvm," OWN_CORES " " TIMER_CPU);
     text = read_log(log);
     g_assert(strstr(text, "fails part way"));
     g_assert(strstr(text, undo));
@@ -541,10 +576,9 @@ static void test_fake_fails_part_way(void)
                    "HPKVM_ENABLE failed: Input/output error");
 
     /* on: the same undo, then QEMU stops with the reason. */
-    use_fake_kernel("enable=5", log);
-    g_assert_cmpint(run_qemu("-accel hpkvm," OWN_CORES ",irq-passthrough=on "
-                             CPU, &err), ==, 1);
-    use_fake_kernel(NULL, NULL);
+    g_assert_cmpint(run_qemu_on_fake("enable=5", log, "-accel hpkvm,"
+                                     OWN_CORES ",irq-passthrough=on " CPU,
+                                     &err), ==, 1);
     text2 = read_log(log);
     g_assert(strstr(text2, "HPKVM_DISABLE"));
     g_assert(strstr(err, "irq-passthrough=on, but HPKVM_ENABLE failed"));
@@ -567,8 +601,8 @@ static void test_fake_caps_fail(void)
     if (skip_without_own_cores()) {
         return;
     }
-    use_fake_kernel("caps=5", log);
-    info = query_hpkvm("-accel hpkvm," OWN_CORES " " CPU);
+    info = query_hpkvm_on_fake("caps=5", log,
+                               "-accel hpkvm," OWN_CORES " " CPU);
     text = read_log(log);
     g_assert(strstr(text, "HPKVM_GET_CAPS -> fails (errno 5)"));
     g_assert(!strstr(text, "HPKVM_ENABLE"));
@@ -578,13 +612,60 @@ static void test_fake_caps_fail(void)
     assert_feature(info, "exclusive-cores", false, "upstream",
                    "HPKVM_GET_CAPS failed: Input/output error");
 
-    use_fake_kernel("caps=5", log);
-    g_assert_cmpint(run_qemu("-accel hpkvm," OWN_CORES ",irq-passthrough=on "
-                             CPU, &err), ==, 1);
-    use_fake_kernel(NULL, NULL);
+    g_assert_cmpint(run_qemu_on_fake("caps=5", log, "-accel hpkvm,"
+                                     OWN_CORES ",irq-passthrough=on " CPU,
+                                     &err), ==, 1);
     g_assert(strstr(err, "irq-passthrough=on, but HPKVM_GET_CAPS failed: "
                     "Input/output error, though the kernel reports hpkvm "
                     "(KVM_CAP_HPKVM)\nRun a kernel with hpkvm"));
+    unlink(log);
+}
+
+/* A process's environment, one variable a line. */
+static char *environ_of(pid_t pid)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/environ", (int)pid);
+    char *env = NULL;
+    gsize len, i;
+
+    g_assert(g_file_get_contents(path, &env, &len, NULL));
+    for (i = 0; i < len; i++) {
+        if (!env[i]) {
+            env[i] = '\n';
+        }
+    }
+    return env;
+}
+
+/*
+ * The fake kernel's variables reach the QEMU run on it and no other
+ * process: neither this test nor a QEMU started after it.  Needs no KVM.
+ */
+static void test_fake_kernel_env_scoped(void)
+{
+    g_autofree char *log = g_strdup_printf("%s/hpkvm-fake-%d.log",
+                                           g_get_tmp_dir(), getpid());
+    g_autofree char *faked = NULL, *plain = NULL;
+    g_autofree char *err = NULL;
+    QTestState *qts;
+
+    qts = qtest_init_on_fake("supported=0x3f", log, "-machine none");
+    faked = environ_of(qtest_pid(qts));
+    qtest_quit(qts);
+    g_assert(strstr(faked, "\nLD_PRELOAD=/"));
+    g_assert(strstr(faked, "\nHPKVM_FAKE_KERNEL=supported=0x3f\n"));
+    g_assert(strstr(faked, "\nHPKVM_FAKE_KERNEL_LOG="));
+    /* run_qemu's way: env(1) found on PATH, QEMU runs. */
+    g_assert_cmpint(run_qemu_on_fake("caps=5", log, "-version", &err), ==, 0);
+
+    g_assert_null(g_getenv("LD_PRELOAD"));
+    g_assert_null(g_getenv("HPKVM_FAKE_KERNEL"));
+    g_assert_null(g_getenv(QEMU_VAR));
+    qts = qtest_init("-machine none");
+    plain = environ_of(qtest_pid(qts));
+    qtest_quit(qts);
+    g_assert(!strstr(plain, "LD_PRELOAD"));
+    g_assert(!strstr(plain, "HPKVM_FAKE_KERNEL"));
     unlink(log);
 }
 
@@ -606,6 +687,8 @@ int main(int argc, char **argv)
     qtest_add_func("/hpkvm/negotiate/bad-values", test_bad_values);
     qtest_add_func("/hpkvm/negotiate/impossible-combinations",
                    test_impossible_combinations);
+    qtest_add_func("/hpkvm/negotiate/fake-kernel/env-scoped",
+                   test_fake_kernel_env_scoped);
     qtest_add_func("/hpkvm/negotiate/fake-kernel/grants-all",
                    test_fake_grants_all);
     qtest_add_func("/hpkvm/negotiate/fake-kernel/refuses-auto",
