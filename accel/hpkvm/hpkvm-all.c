@@ -28,7 +28,8 @@ static const char *const feature_descriptions[HPKVM_FEATURE__MAX] = {
     [HPKVM_FEATURE_IRQ_PASSTHROUGH] =
         "external interrupts to the guest without VM exits (on|off|auto)",
     [HPKVM_FEATURE_TIMER_PASSTHROUGH] =
-        "the LAPIC TSC-deadline timer passed to the guest (on|off|auto)",
+        "the LAPIC timer passed to the guest, in one-shot mode: needs "
+        "tsc-deadline=off in -cpu (on|off|auto)",
     [HPKVM_FEATURE_IPI_FASTPATH] =
         "minimal exit path for guest IPIs (on|off|auto)",
     [HPKVM_FEATURE_VFIO_IRTE] =

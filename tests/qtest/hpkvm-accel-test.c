@@ -266,6 +266,10 @@ static void test_accel_hpkvm_help_lists_props(void)
         g_test_message("looking for %s", line);
         g_assert(g_regex_match_simple(line, out, G_REGEX_MULTILINE, 0));
     }
+    /* QEMU refuses timer-passthrough=on with tsc-deadline=on: said so. */
+    g_assert(g_regex_match_simple("^  timer-passthrough=.* one-shot mode: "
+                                  "needs tsc-deadline=off in -cpu ", out,
+                                  G_REGEX_MULTILINE, 0));
 }
 
 static void test_bad_property_value(void)
