@@ -88,71 +88,119 @@ static bool proto_take_fds(struct msghdr *mh, int *fds, size_t *nfds)
     return ok;
 }
 
-QDict *hpkvm_helper_recv(int sock, int *fds, size_t *nfds, Error **errp)
+void hpkvm_helper_reader_init(HpkvmHelperReader *r)
 {
-    g_autoptr(GString) line = g_string_new(NULL);
-    QObject *obj;
-    QDict *msg;
+    r->line = g_string_new(NULL);
+    r->nfds = 0;
+}
 
-    *nfds = 0;
-    while (!line->len || line->str[line->len - 1] != '\n') {
-        char control[CMSG_SPACE(sizeof(int) * HPKVM_HELPER_MAX_FDS)];
-        char buf[4096];
-        struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-        struct msghdr mh = {
-            .msg_iov = &iov,
-            .msg_iovlen = 1,
-            .msg_control = control,
-            .msg_controllen = sizeof(control),
-        };
-        ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+void hpkvm_helper_reader_cleanup(HpkvmHelperReader *r)
+{
+    proto_close_fds(r->fds, &r->nfds);
+    if (r->line) {
+        g_string_free(r->line, true);
+        r->line = NULL;
+    }
+}
 
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            error_setg_errno(errp, errno, "cannot read from "
-                             "qemu-hpkvm-helper's peer");
-            goto fail;
-        }
-        if (!proto_take_fds(&mh, fds, nfds)) {
-            error_setg(errp, "more than %d files came with one message",
-                       HPKVM_HELPER_MAX_FDS);
-            goto fail;
-        }
-        if (!n && line->len) {
-            error_setg(errp, "the peer closed the connection in the middle "
-                       "of a message");
-            goto fail;
-        }
-        if (!n) {
-            goto fail;                  /* a probe, not a client */
-        }
-        if (memchr(buf, '\n', n) != buf + n - 1 &&
-            memchr(buf, '\n', n)) {
-            error_setg(errp, "more than one message on one connection");
-            goto fail;
-        }
-        g_string_append_len(line, buf, n);
-        if (line->len > HPKVM_HELPER_MAX_MSG) {
-            error_setg(errp, "a message longer than %d bytes",
-                       HPKVM_HELPER_MAX_MSG);
-            goto fail;
-        }
+static bool proto_complete(HpkvmHelperReader *r)
+{
+    return r->line->len && r->line->str[r->line->len - 1] == '\n';
+}
+
+int hpkvm_helper_read(int sock, HpkvmHelperReader *r, Error **errp)
+{
+    char control[CMSG_SPACE(sizeof(int) * HPKVM_HELPER_MAX_FDS)];
+    char buf[4096];
+    struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+    struct msghdr mh = {
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = control,
+        .msg_controllen = sizeof(control),
+    };
+    ssize_t n;
+
+    assert(!proto_complete(r));
+    do {
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return 0;
     }
-    obj = qobject_from_json(line->str, errp);
-    if (!obj) {
-        goto fail;
+    if (n < 0) {
+        error_setg_errno(errp, errno, "cannot read from "
+                         "qemu-hpkvm-helper's peer");
+        return -1;
     }
-    msg = qobject_to(QDict, obj);
-    if (!msg) {
+    if (!proto_take_fds(&mh, r->fds, &r->nfds)) {
+        error_setg(errp, "more than %d files came with one message",
+                   HPKVM_HELPER_MAX_FDS);
+        return -1;
+    }
+    if (!n && r->line->len) {
+        error_setg(errp, "the peer closed the connection in the middle "
+                   "of a message");
+        return -1;
+    }
+    if (!n) {
+        return -1;                      /* a probe, not a client */
+    }
+    if (memchr(buf, '\n', n) && memchr(buf, '\n', n) != buf + n - 1) {
+        error_setg(errp, "more than one message on one connection");
+        return -1;
+    }
+    g_string_append_len(r->line, buf, n);
+    if (r->line->len > HPKVM_HELPER_MAX_MSG) {
+        error_setg(errp, "a message longer than %d bytes",
+                   HPKVM_HELPER_MAX_MSG);
+        return -1;
+    }
+    return proto_complete(r);
+}
+
+QDict *hpkvm_helper_reader_take(HpkvmHelperReader *r, int *fds,
+                                size_t *nfds, Error **errp)
+{
+    QObject *obj = qobject_from_json(r->line->str, errp);
+    QDict *msg = qobject_to(QDict, obj);
+
+    assert(proto_complete(r));
+    if (obj && !msg) {
         qobject_unref(obj);
         error_setg(errp, "a message that is not a JSON object");
-        goto fail;
     }
+    if (!msg) {
+        return NULL;
+    }
+    memcpy(fds, r->fds, sizeof(int) * r->nfds);
+    *nfds = r->nfds;
+    r->nfds = 0;
     return msg;
+}
 
-fail:
-    proto_close_fds(fds, nfds);
-    return NULL;
+QDict *hpkvm_helper_recv(int sock, int *fds, size_t *nfds, Error **errp)
+{
+    HpkvmHelperReader r;
+    QDict *msg = NULL;
+    int done;
+
+    *nfds = 0;
+    hpkvm_helper_reader_init(&r);
+    do {
+        size_t had = r.line->len;
+
+        done = hpkvm_helper_read(sock, &r, errp);
+        /* Blocking, @sock has nothing only once its SO_RCVTIMEO ran out. */
+        if (!done && r.line->len == had) {
+            error_setg(errp, "no message in time from qemu-hpkvm-helper's "
+                       "peer");
+            done = -1;
+        }
+    } while (!done);
+    if (done > 0) {
+        msg = hpkvm_helper_reader_take(&r, fds, nfds, errp);
+    }
+    hpkvm_helper_reader_cleanup(&r);
+    return msg;
 }

@@ -33,11 +33,41 @@
 bool hpkvm_helper_send(int sock, QDict *msg, const int *fds, size_t nfds,
                        Error **errp);
 
+/* A message on its way in: what came of its line so far, and its files. */
+typedef struct HpkvmHelperReader {
+    GString *line;
+    int fds[HPKVM_HELPER_MAX_FDS];
+    size_t nfds;
+} HpkvmHelperReader;
+
+void hpkvm_helper_reader_init(HpkvmHelperReader *r);
+
+/* Frees @r, closing the files it still holds. */
+void hpkvm_helper_reader_cleanup(HpkvmHelperReader *r);
+
 /*
- * Receives one message from @sock, and the files that came with it into
- * @fds (at most HPKVM_HELPER_MAX_FDS; *@nfds says how many, each to be
- * closed by the caller); NULL on error, with no file left open, and
- * NULL without an error if the peer closed without sending anything.
+ * Reads once what @sock has of @r's message: 1 once the message is whole
+ * (hpkvm_helper_reader_take()), 0 if a non-blocking @sock has nothing
+ * yet, -1 on error, or without an error if the peer closed without
+ * sending anything.  A server reads each client as its socket becomes
+ * readable, so that no client waits behind another.
+ */
+int hpkvm_helper_read(int sock, HpkvmHelperReader *r, Error **errp);
+
+/*
+ * The whole message @r read, and its files into @fds (*@nfds of them,
+ * each the caller's to close); NULL if it is no JSON object, the files
+ * left in @r.
+ */
+QDict *hpkvm_helper_reader_take(HpkvmHelperReader *r, int *fds,
+                                size_t *nfds, Error **errp);
+
+/*
+ * Receives one message from blocking @sock, and the files that came with
+ * it into @fds (at most HPKVM_HELPER_MAX_FDS; *@nfds says how many, each
+ * to be closed by the caller); NULL on error (a timeout of @sock's
+ * included), with no file left open, and NULL without an error if the
+ * peer closed without sending anything.
  */
 QDict *hpkvm_helper_recv(int sock, int *fds, size_t *nfds, Error **errp);
 

@@ -38,14 +38,22 @@
 
 #define CPU_ONLINE "/sys/devices/system/cpu/online"
 
-/* A client that sends nothing may hold the helper this long. */
+/* A client's request may take this long to come; then it is dropped. */
 #define HELPER_REQUEST_TIMEOUT_S 10
+
+/*
+ * Connections of one user whose request has not come yet: more are
+ * closed at once, so that no user can take all the files the helper may
+ * open, and with them the next VM's connection.
+ */
+#define HELPER_MAX_PENDING_PER_UID 16
 
 typedef struct Helper {
     HpkvmHost host;
     char *state_dir;
     HpkvmHelperPolicy *policy;
     GHashTable *watched;        /* the pids of the clients watched */
+    GHashTable *pending;        /* uid: its connections waiting to be read */
     GMainLoop *loop;
 } Helper;
 
@@ -518,48 +526,47 @@ static QDict *helper_dispatch(Helper *h, const HpkvmPeer *peer, QDict *req,
     return NULL;
 }
 
-static void helper_serve(Helper *h, int sock)
+/* The reply to a request that failed, in QMP's shape; takes @err. */
+static QDict *helper_error_reply(const struct ucred *cred, Error *err)
 {
-    int fds[HPKVM_HELPER_MAX_FDS];
-    size_t nfds = 0;
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
+    QDict *reply = qdict_new();
+    QDict *e = qdict_new();
+
+    error_report("pid %d (uid %u): %s", cred->pid, (unsigned)cred->uid,
+                 error_get_pretty(err));
+    qdict_put_str(e, "class", "GenericError");
+    qdict_put_str(e, "desc", error_get_pretty(err));
+    qdict_put(reply, "error", e);
+    error_free(err);
+    return reply;
+}
+
+/*
+ * Answers @req from the client on @sock, @nfds files with it (closed
+ * here).  The reply goes out on @sock made blocking again, with a
+ * timeout: it is small unless the request was a lease the policy granted.
+ */
+static void helper_answer(Helper *h, int sock, const struct ucred *cred,
+                          QDict *req, int *fds, size_t nfds)
+{
     struct timeval tv = { .tv_sec = HELPER_REQUEST_TIMEOUT_S };
-    g_autoptr(QDict) req = NULL;
-    g_autoptr(QDict) reply = qdict_new();
+    g_autoptr(QDict) reply = NULL;
     g_autoptr(GArray) groups = g_array_new(false, false, sizeof(gid_t));
-    HpkvmPeer peer = { 0 };
+    HpkvmPeer peer = {
+        .pid = cred->pid, .uid = cred->uid, .gid = cred->gid,
+        .groups = groups,
+    };
     QDict *ret = NULL;
     Error *err = NULL;
 
-    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
-        error_report("cannot tell who connected: %s", strerror(errno));
-        return;
-    }
-    peer = (HpkvmPeer) {
-        .pid = cred.pid, .uid = cred.uid, .gid = cred.gid, .groups = groups,
-    };
-    req = hpkvm_helper_recv(sock, fds, &nfds, &err);
-    if (!req && !err) {
-        return;
-    }
-    if (req && helper_peer_groups(&peer, &err)) {
+    if (helper_peer_groups(&peer, &err)) {
         ret = helper_dispatch(h, &peer, req, fds, &nfds, &err);
     }
     if (ret) {
+        reply = qdict_new();
         qdict_put(reply, "return", ret);
     } else {
-        QDict *e = qdict_new();
-
-        qdict_put_str(e, "class", "GenericError");
-        qdict_put_str(e, "desc", error_get_pretty(err));
-        qdict_put(reply, "error", e);
-        error_report("pid %d (uid %u): %s", peer.pid, (unsigned)peer.uid,
-                     error_get_pretty(err));
-        error_free(err);
-        err = NULL;
+        reply = helper_error_reply(cred, err);
         while (nfds) {
             close(fds[--nfds]);
         }
@@ -568,6 +575,9 @@ static void helper_serve(Helper *h, int sock)
      * The leases go out with the reply, and our copies are closed: if
      * the client is gone by now, they die here and its pidfd says so.
      */
+    err = NULL;
+    qemu_socket_set_block(sock);
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (!hpkvm_helper_send(sock, reply, fds, nfds, &err)) {
         error_report("pid %d: %s", peer.pid, error_get_pretty(err));
         error_free(err);
@@ -577,14 +587,116 @@ static void helper_serve(Helper *h, int sock)
     }
 }
 
+/*
+ * One connection whose request is on its way.  Each is read as its
+ * socket becomes readable, and dropped when its request is late: a
+ * client that sends nothing, or sends slowly, holds up no other.
+ */
+typedef struct HelperClient {
+    Helper *h;
+    int sock;
+    struct ucred cred;
+    HpkvmHelperReader reader;
+    guint watch;                /* the socket readable */
+    guint timeout;              /* the request late */
+} HelperClient;
+
+static void helper_pending_add(Helper *h, uid_t uid, int delta)
+{
+    gpointer key = GUINT_TO_POINTER(uid);
+    int n = GPOINTER_TO_INT(g_hash_table_lookup(h->pending, key)) + delta;
+
+    if (n > 0) {
+        g_hash_table_insert(h->pending, key, GINT_TO_POINTER(n));
+    } else {
+        g_hash_table_remove(h->pending, key);
+    }
+}
+
+static void helper_client_close(HelperClient *c)
+{
+    g_source_remove(c->watch);
+    g_source_remove(c->timeout);
+    helper_pending_add(c->h, c->cred.uid, -1);
+    hpkvm_helper_reader_cleanup(&c->reader);
+    close(c->sock);
+    g_free(c);
+}
+
+static gboolean helper_client_late(gpointer data)
+{
+    HelperClient *c = data;
+
+    warn_report("pid %d (uid %u): no request within %d s; connection closed",
+                c->cred.pid, (unsigned)c->cred.uid, HELPER_REQUEST_TIMEOUT_S);
+    helper_client_close(c);
+    return G_SOURCE_REMOVE;
+}
+
+static gboolean helper_client_readable(gint fd, GIOCondition cond,
+                                       gpointer data)
+{
+    HelperClient *c = data;
+    int fds[HPKVM_HELPER_MAX_FDS];
+    g_autoptr(QDict) req = NULL;
+    Error *err = NULL;
+    size_t nfds = 0;
+    int done = hpkvm_helper_read(c->sock, &c->reader, &err);
+
+    if (!done) {
+        return G_SOURCE_CONTINUE;
+    }
+    if (done > 0) {
+        req = hpkvm_helper_reader_take(&c->reader, fds, &nfds, &err);
+    }
+    if (req) {
+        helper_answer(c->h, c->sock, &c->cred, req, fds, nfds);
+    } else if (err) {
+        /* What could not be read gets an error, as a bad request does. */
+        g_autoptr(QDict) reply = helper_error_reply(&c->cred, err);
+
+        hpkvm_helper_send(c->sock, reply, NULL, 0, NULL);
+    }
+    helper_client_close(c);
+    return G_SOURCE_REMOVE;
+}
+
 static gboolean helper_accept(gint fd, GIOCondition cond, gpointer data)
 {
+    Helper *h = data;
+    socklen_t len = sizeof(struct ucred);
+    HelperClient *c;
     int sock = qemu_accept(fd, NULL, NULL);
 
-    if (sock >= 0) {
-        helper_serve(data, sock);
-        close(sock);
+    if (sock < 0) {
+        return G_SOURCE_CONTINUE;
     }
+    c = g_new0(HelperClient, 1);
+    c->h = h;
+    c->sock = sock;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
+        error_report("cannot tell who connected: %s", strerror(errno));
+        close(sock);
+        g_free(c);
+        return G_SOURCE_CONTINUE;
+    }
+    if (GPOINTER_TO_INT(g_hash_table_lookup(h->pending,
+                                            GUINT_TO_POINTER(c->cred.uid)))
+        >= HELPER_MAX_PENDING_PER_UID) {
+        warn_report("pid %d (uid %u): %d connections of this user wait "
+                    "already; connection closed", c->cred.pid,
+                    (unsigned)c->cred.uid, HELPER_MAX_PENDING_PER_UID);
+        close(sock);
+        g_free(c);
+        return G_SOURCE_CONTINUE;
+    }
+    helper_pending_add(h, c->cred.uid, 1);
+    qemu_socket_set_nonblock(sock);
+    hpkvm_helper_reader_init(&c->reader);
+    c->watch = g_unix_fd_add(sock, G_IO_IN | G_IO_HUP | G_IO_ERR,
+                             helper_client_readable, c);
+    c->timeout = g_timeout_add_seconds(HELPER_REQUEST_TIMEOUT_S,
+                                       helper_client_late, c);
     return G_SOURCE_CONTINUE;
 }
 
@@ -704,6 +816,7 @@ int main(int argc, char **argv)
         return 1;
     }
     h.watched = g_hash_table_new(NULL, NULL);
+    h.pending = g_hash_table_new(NULL, NULL);
     h.loop = g_main_loop_new(NULL, false);
     if (!h.host.real && getuid() != 0) {
         /* Fake trees are for tests; nothing else relaxes. */
@@ -718,8 +831,13 @@ int main(int argc, char **argv)
     } else {
         g_autofree char *path = socket_path ? g_strdup(socket_path) :
             hpkvm_host_path(&h.host, HPKVM_HELPER_SOCKET);
+        SocketAddress addr = {
+            .type = SOCKET_ADDRESS_TYPE_UNIX,
+            .u.q_unix.path = path,
+        };
 
-        listen_fd = unix_listen(path, &err);
+        /* A backlog for every VM that connects while others are read. */
+        listen_fd = socket_listen(&addr, SOMAXCONN, &err);
         if (listen_fd < 0) {
             error_report_err(err);
             return 1;
@@ -740,6 +858,7 @@ int main(int argc, char **argv)
      */
     hpkvm_helper_policy_free(h.policy);
     g_hash_table_destroy(h.watched);
+    g_hash_table_destroy(h.pending);
     g_main_loop_unref(h.loop);
     hpkvm_host_cleanup(&h.host);
     g_free(h.state_dir);

@@ -173,12 +173,13 @@ class Helper:
         _helpers.pop(self.root, None)
 
 
-def helper_request(path, execute, fds=(), **arguments):
-    """One request as QEMU sends it: (reply, files received)."""
+def helper_request(path, execute, fds=(), timeout=60, **arguments):
+    """One request as QEMU sends it: (reply, files received); each step
+    waits at most timeout seconds (socket.timeout past it)."""
     msg = json.dumps({"execute": execute,
                       "arguments": arguments}).encode() + b"\n"
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(60)
+        s.settimeout(timeout)
         s.connect(path)
         socket.send_fds(s, [msg], list(fds))
         data, got = b"", []
@@ -191,9 +192,9 @@ def helper_request(path, execute, fds=(), **arguments):
     return json.loads(data), got
 
 
-def helper_lease(path, fds=(), **arguments):
+def helper_lease(path, fds=(), timeout=60, **arguments):
     """A "lease" request: (reply, the leases' files)."""
-    return helper_request(path, "lease", fds, **arguments)
+    return helper_request(path, "lease", fds, timeout, **arguments)
 
 
 _helpers = {}

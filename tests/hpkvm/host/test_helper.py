@@ -15,7 +15,9 @@ is the only owner of host changes, and QEMU asks it.
   and hold their locks; a lease without isolation stays shared;
 - a policy that is not a root's file closed to others, or that has a
   line that is no rule, stops the helper; bad requests get an error and
-  the helper serves on.
+  the helper serves on;
+- connections that send nothing, held and reopened by another user,
+  hold up no VM's request.
 
 Clients other than QEMU speak the helper's protocol from Python (as
 QEMU does, see hpkvm-helper-proto.h), to hold leases without KVM.
@@ -23,6 +25,7 @@ Prints TAP."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +49,28 @@ reply, fds = hostlib.helper_lease(sys.argv[2], cores="1", housekeeping="0",
 print(json.dumps(reply), flush=True)
 time.sleep(600)
 """
+
+
+# As uid 65534: connections that send nothing, held, and more opened and
+# closed as fast as it can; "holding N" once the first are open.
+STALLER = r"""
+import os, socket, sys
+os.setgid(65534)
+os.setuid(65534)
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    held.append(s)
+print(f"holding {len(held)}", flush=True)
+while True:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(sys.argv[1])
+        except OSError:
+            pass
+"""
+STALLING_CONNECTIONS = 50
 
 
 def start_client(helper):
@@ -307,6 +332,53 @@ def socket_activation_serves_on_the_socket_systemd_gives():
             root, "run/qemu-hpkvm-helper.sock")), "listened elsewhere too"
         diff = wait_restored(root, before)
         assert not diff, "not restored: " + "; ".join(diff)
+
+
+@tests.case
+def a_client_that_sends_nothing_holds_up_no_other():
+    """Another user holds STALLING_CONNECTIONS connections that send
+    nothing and opens and closes more as fast as it can: a VM's lease is
+    still answered within 1 s, and the helper says what it closed.
+    (Before, the helper read one client at a time, each for up to 10 s:
+    a lease behind one idle connection waited 10 s, behind six 30 s.)"""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)            # uid 65534 reaches the socket
+        root, _ = fake_host(tmp)
+        helper = Helper(root)
+        fds = []
+        staller = subprocess.Popen(
+            [sys.executable, "-c", STALLER, helper.socket,
+             str(STALLING_CONNECTIONS)], stdout=subprocess.PIPE, text=True,
+            preexec_fn=hostlib._die_with_parent)
+        try:
+            holding = staller.stdout.readline().strip()
+            start = time.monotonic()
+            try:
+                reply, fds = hostlib.helper_lease(helper.socket, cores="1",
+                                                  isolation="off",
+                                                  timeout=5)
+            except (socket.timeout, ConnectionError) as e:
+                reply = {"no reply within 5 s": str(e)}
+            took = time.monotonic() - start
+            # The idle ones are dropped when late, the helper alive.
+            time.sleep(11)
+            staller.kill()
+            staller.wait()
+            alive = helper.settle()
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if staller.poll() is None:
+                staller.kill()
+                staller.wait()
+            log = helper.stop()
+        print(f"# {holding}; the lease answered after {took:.3f} s")
+        assert holding == f"holding {STALLING_CONNECTIONS}", holding
+        assert "return" in reply, (reply, log)
+        assert took < 1.0, (took, log)
+        assert alive == [], (alive, log)
+        assert "connections of this user wait already" in log, log
+        assert "no request within 10 s; connection closed" in log, log
 
 
 @tests.case
