@@ -8,6 +8,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/sockets.h"
+#include "block/thread-pool.h"
 #include "qapi/error.h"
 #include "qapi/qapi-visit-hpkvm.h"
 #include "qapi/qobject-input-visitor.h"
@@ -191,4 +192,46 @@ bool hpkvm_helper_reconcile(const char *socket, GPtrArray *failures,
         g_ptr_array_add(failures, g_strdup(s ? qstring_get_str(s) : "?"));
     }
     return true;
+}
+
+typedef struct ClientReconcile {
+    char *socket;
+    GPtrArray *failures;
+    Error *err;
+    HpkvmHelperReconciled *done;
+    void *opaque;
+} ClientReconcile;
+
+/* In a worker thread: nothing here touches QEMU's state. */
+static int client_reconcile_work(void *opaque)
+{
+    ClientReconcile *r = opaque;
+
+    return hpkvm_helper_reconcile(r->socket, r->failures, &r->err) ?
+           0 : -EIO;
+}
+
+/* Back in the main loop. */
+static void client_reconcile_done(void *opaque, int ret)
+{
+    ClientReconcile *r = opaque;
+
+    trace_hpkvm_helper_reconciled(r->failures->len, !r->err);
+    r->done(r->failures, r->err, r->opaque);
+    g_ptr_array_unref(r->failures);
+    g_free(r->socket);
+    g_free(r);
+}
+
+void hpkvm_helper_reconcile_async(const char *socket,
+                                  HpkvmHelperReconciled *done, void *opaque)
+{
+    ClientReconcile *r = g_new0(ClientReconcile, 1);
+
+    r->socket = g_strdup(socket);
+    r->failures = g_ptr_array_new_with_free_func(g_free);
+    r->done = done;
+    r->opaque = opaque;
+    thread_pool_submit_aio(client_reconcile_work, r, client_reconcile_done,
+                           r);
 }

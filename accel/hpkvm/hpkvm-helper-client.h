@@ -35,4 +35,20 @@ bool hpkvm_helper_lease(const char *socket, const HpkvmCpuSet *cores,
 bool hpkvm_helper_reconcile(const char *socket, GPtrArray *failures,
                             Error **errp);
 
+/*
+ * What an hpkvm_helper_reconcile_async() came to: @failures as
+ * hpkvm_helper_reconcile() fills them, or @err (the callee's to free).
+ */
+typedef void HpkvmHelperReconciled(GPtrArray *failures, Error *err,
+                                   void *opaque);
+
+/*
+ * hpkvm_helper_reconcile() in a worker thread, for a caller in the main
+ * loop that must not wait on the helper (a helper that is stopped or
+ * busy would stop QMP and device emulation with it): @done runs in the
+ * main loop once the helper answered or the call failed.
+ */
+void hpkvm_helper_reconcile_async(const char *socket,
+                                  HpkvmHelperReconciled *done, void *opaque);
+
 #endif

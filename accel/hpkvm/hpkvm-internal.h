@@ -135,8 +135,12 @@ bool hpkvm_placement_check_vcpu(HPKVMState *s, CPUState *cpu, Error **errp);
 /* A bind that fails stops the VM (internal-error), saying why. */
 void hpkvm_placement_bind_vcpu(HPKVMState *s, CPUState *cpu);
 void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info);
-/* Give the cores back and reconcile the host, as at exit. */
-void hpkvm_placement_release(HPKVMState *s, const char *why);
+/*
+ * Give the cores back and have the helper reconcile the host: waiting
+ * for it if @wait (QEMU is on its way out), else from the main loop
+ * without waiting, the outcome warned about when it comes.
+ */
+void hpkvm_placement_release(HPKVMState *s, const char *why, bool wait);
 /*
  * KVM's initialisation failed after hpkvm_placement_init(): undo it all
  * (leases, host, QEMU's threads) and unregister, before QEMU drops the

@@ -168,7 +168,8 @@ static int hpkvm_migration_event(NotifierWithReturn *n, MigrationEvent *e,
     HPKVMState *s = container_of(n, HPKVMState, migration_notifier);
 
     if (e->type == MIG_EVENT_PRECOPY_DONE) {
-        hpkvm_placement_release(s, "the guest migrated");
+        /* The source goes on answering QMP: asked without waiting. */
+        hpkvm_placement_release(s, "the guest migrated", false);
     }
     return 0;
 }

@@ -270,11 +270,16 @@ static void placement_unpin_threads(HPKVMState *s)
 
 #define SETTLE_MS 1000
 
+static void placement_settled(GPtrArray *failures, Error *err, void *opaque)
+{
+    if (err) {
+        warn_report_err(err);
+    }
+}
+
 static void placement_settle(void *opaque)
 {
-    g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
     HPKVMState *s = opaque;
-    Error *err = NULL;
 
     placement_pin_other_threads(s, SETTLED, NULL);
     timer_free(s->settle_timer);
@@ -282,12 +287,14 @@ static void placement_settle(void *opaque)
     /*
      * KVM's kernel threads for this VM (kvm-pit, kvm-nx-lpage-recovery
      * on Linux 6.1) exist by now, and are not QEMU's: the helper keeps
-     * them off the leased cores as it keeps every host task.
+     * them off the leased cores as it keeps every host task.  The guest
+     * runs: asked without waiting, so that a helper stopped or busy
+     * stops neither QMP nor the guest's devices.
      */
     if (s->leases && !hpkvm_cpuset_empty(&s->leases->held) &&
-        s->isolation && s->isolation->active &&
-        !hpkvm_helper_reconcile(s->helper_socket, failures, &err)) {
-        warn_report_err(err);
+        s->isolation && s->isolation->active) {
+        hpkvm_helper_reconcile_async(s->helper_socket, placement_settled,
+                                     NULL);
     }
 }
 
@@ -395,13 +402,32 @@ static void placement_vm_state_change(void *opaque, bool running,
               qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + SETTLE_MS);
 }
 
-void hpkvm_placement_release(HPKVMState *s, const char *why)
+/* What the reconcile after a release came to; @opaque says what went. */
+static void placement_released(GPtrArray *failures, Error *err, void *opaque)
+{
+    g_autofree char *released = opaque;
+    int i;
+
+    if (err) {
+        /* The helper sees QEMU exit (its pidfd) and reconciles then. */
+        warn_report_err(err);
+        warn_report("%s, but the host's isolation of them stays until "
+                    "qemu-hpkvm-helper sees QEMU exit", released);
+        return;
+    }
+    for (i = 0; i < failures->len; i++) {
+        warn_report("qemu-hpkvm-helper could not restore %s",
+                    (char *)g_ptr_array_index(failures, i));
+    }
+}
+
+void hpkvm_placement_release(HPKVMState *s, const char *why, bool wait)
 {
     g_autoptr(GPtrArray) failures = g_ptr_array_new_with_free_func(g_free);
     g_autofree char *cores = NULL;
+    char *released;
     Error *err = NULL;
     unsigned cpu;
-    int i;
 
     if (!s->leases || hpkvm_cpuset_empty(&s->leases->held)) {
         return;
@@ -413,24 +439,26 @@ void hpkvm_placement_release(HPKVMState *s, const char *why)
     }
     /* After a CPR hand-over the new QEMU still holds them: nothing goes. */
     hpkvm_leases_release(s->leases);
-    if (!hpkvm_helper_reconcile(s->helper_socket, failures, &err)) {
-        /* The helper sees QEMU exit (its pidfd) and reconciles then. */
-        warn_report_err(err);
-        warn_report("hpkvm released host cores %s (%s), but the host's "
-                    "isolation of them stays until qemu-hpkvm-helper sees "
-                    "QEMU exit", cores, why);
+    released = g_strdup_printf("hpkvm released host cores %s (%s)", cores,
+                               why);
+    if (!wait) {
+        hpkvm_helper_reconcile_async(s->helper_socket, placement_released,
+                                     released);
         return;
     }
-    for (i = 0; i < failures->len; i++) {
-        warn_report("qemu-hpkvm-helper could not restore %s",
-                    (char *)g_ptr_array_index(failures, i));
-    }
+    hpkvm_helper_reconcile(s->helper_socket, failures, &err);
+    placement_released(failures, err, released);
 }
 
 static void placement_exit(Notifier *n, void *data)
 {
+    /*
+     * The main loop is done: waited for, so that the host is as before
+     * when QEMU has exited (at worst for the helper's timeout; the
+     * helper sees the exit and reconciles anyway).
+     */
     hpkvm_placement_release(container_of(n, HPKVMState, exit_notifier),
-                            "QEMU exits");
+                            "QEMU exits", true);
 }
 
 static void placement_alloc_vcpus(HPKVMState *s, unsigned max_cpus)
@@ -711,7 +739,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
 
 void hpkvm_placement_undo(HPKVMState *s)
 {
-    hpkvm_placement_release(s, "KVM's initialisation failed");
+    hpkvm_placement_release(s, "KVM's initialisation failed", true);
     if (s->vm_state_entry) {
         qemu_del_vm_change_state_handler(s->vm_state_entry);
         s->vm_state_entry = NULL;

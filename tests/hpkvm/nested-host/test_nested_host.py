@@ -2164,6 +2164,56 @@ snap restarted
 
 
 @test
+def qemu_answers_while_its_helper_is_stopped():
+    """The helper stopped (SIGSTOP) just before an isolated VM runs:
+    the VM's settle (1 s on, when KVM's threads for it exist) asks the
+    helper to reconcile without waiting, so QMP answers as fast as
+    before it throughout; the guest runs; the answer comes once the
+    helper goes on.  (Before, settle waited in the main loop for the
+    helper, up to 120 s, and QMP and the guest's devices with it.)"""
+    res = nested(PAYLOAD_LIB + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+cs() { cut -d' ' -f1 /proc/uptime | tr -d .; }
+guest_qemu -accel %(accel)s,dynamic-isolation=on -cpu host -smp 2 \
+    -append "hold halts=20" 2> /tmp/qemu.err || exit 1
+# QMP answers once QEMU is initialised, its cores leased.
+i=0; until qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' \
+    > /dev/null 2>&1; do
+    sleep 0.1; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; exit 1; }
+done
+hpid=$(cat /run/qemu-hpkvm-helper.pid)
+kill -STOP $hpid
+guest_cont
+worst=0; n=0; end=$(($(cs) + 400))
+while [ $(cs) -lt $end ]; do
+    a=$(cs)
+    qmp-exec /tmp/qmp.sock '{"execute": "query-status"}' > /dev/null
+    b=$(cs)
+    [ $((b - a)) -gt $worst ] && worst=$((b - a))
+    n=$((n + 1))
+done
+echo "stopped-helper: $(cut -d' ' -f3 /proc/$hpid/stat)"
+echo "qmp-worst-cs: $worst of $n"
+kill -CONT $hpid
+echo "serial: $(wait_serial)"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait_qemu
+echo "quit: $?"
+sed 's/^/qemu-err: /' /tmp/qemu.err
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "stopped-helper: ") == ["T"], res.output
+    worst, n = lines_with(res.output, "qmp-worst-cs: ")[0].split(" of ")
+    assert int(n) >= 10, res.output
+    # Under TCG a QMP round trip takes tens of ms; the old wait, 120 s.
+    assert int(worst) <= 50, res.output
+    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[0], \
+        res.output
+    assert lines_with(res.output, "quit: ") == ["0"], res.output
+
+
+@test
 def a_helper_restarted_while_a_vm_runs_restores_the_host_at_its_sigkill():
     """The helper killed (SIGKILL) and started again while a VM runs: the
     new helper leaves the running VM's isolation as it is, watches the
