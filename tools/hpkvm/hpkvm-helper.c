@@ -48,12 +48,16 @@
  */
 #define HELPER_MAX_PENDING_PER_UID 16
 
+/* Connections accepted at once, before the requests come in turn. */
+#define HELPER_ACCEPT_BATCH 64
+
 typedef struct Helper {
     HpkvmHost host;
     char *state_dir;
     HpkvmHelperPolicy *policy;
     GHashTable *watched;        /* the pids of the clients watched */
     GHashTable *pending;        /* uid: its connections waiting to be read */
+    int64_t capped_at;          /* when a connection over that was last said */
     GMainLoop *loop;
 } Helper;
 
@@ -661,34 +665,35 @@ static gboolean helper_client_readable(gint fd, GIOCondition cond,
     return G_SOURCE_REMOVE;
 }
 
-static gboolean helper_accept(gint fd, GIOCondition cond, gpointer data)
+/* A connection accepted: read it as its request comes, or close it. */
+static void helper_take_client(Helper *h, int sock)
 {
-    Helper *h = data;
     socklen_t len = sizeof(struct ucred);
-    HelperClient *c;
-    int sock = qemu_accept(fd, NULL, NULL);
+    HelperClient *c = g_new0(HelperClient, 1);
+    int64_t now = g_get_monotonic_time();
 
-    if (sock < 0) {
-        return G_SOURCE_CONTINUE;
-    }
-    c = g_new0(HelperClient, 1);
     c->h = h;
     c->sock = sock;
     if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
         error_report("cannot tell who connected: %s", strerror(errno));
         close(sock);
         g_free(c);
-        return G_SOURCE_CONTINUE;
+        return;
     }
     if (GPOINTER_TO_INT(g_hash_table_lookup(h->pending,
                                             GUINT_TO_POINTER(c->cred.uid)))
         >= HELPER_MAX_PENDING_PER_UID) {
-        warn_report("pid %d (uid %u): %d connections of this user wait "
-                    "already; connection closed", c->cred.pid,
-                    (unsigned)c->cred.uid, HELPER_MAX_PENDING_PER_UID);
+        /* Said once in a while: a flood of them must not flood the log. */
+        if (now - h->capped_at > HELPER_REQUEST_TIMEOUT_S * G_USEC_PER_SEC) {
+            warn_report("pid %d (uid %u): %d connections of this user wait "
+                        "already; connection closed (and more, unsaid, for "
+                        "%d s)", c->cred.pid, (unsigned)c->cred.uid,
+                        HELPER_MAX_PENDING_PER_UID, HELPER_REQUEST_TIMEOUT_S);
+            h->capped_at = now;
+        }
         close(sock);
         g_free(c);
-        return G_SOURCE_CONTINUE;
+        return;
     }
     helper_pending_add(h, c->cred.uid, 1);
     qemu_socket_set_nonblock(sock);
@@ -697,6 +702,25 @@ static gboolean helper_accept(gint fd, GIOCondition cond, gpointer data)
                              helper_client_readable, c);
     c->timeout = g_timeout_add_seconds(HELPER_REQUEST_TIMEOUT_S,
                                        helper_client_late, c);
+}
+
+/*
+ * The connections waiting on the (non-blocking) listening socket, a
+ * batch of them: a flood of connections must not fill the backlog that
+ * the next VM's connect waits in, nor keep the helper from reading the
+ * requests of those it took.
+ */
+static gboolean helper_accept(gint fd, GIOCondition cond, gpointer data)
+{
+    int i, sock;
+
+    for (i = 0; i < HELPER_ACCEPT_BATCH; i++) {
+        sock = qemu_accept(fd, NULL, NULL);
+        if (sock < 0) {
+            break;
+        }
+        helper_take_client(data, sock);
+    }
     return G_SOURCE_CONTINUE;
 }
 
@@ -848,6 +872,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    qemu_socket_set_nonblock(listen_fd);
     g_unix_fd_add(listen_fd, G_IO_IN, helper_accept, &h);
     g_unix_signal_add(SIGTERM, helper_quit, &h);
     g_unix_signal_add(SIGINT, helper_quit, &h);

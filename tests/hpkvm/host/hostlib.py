@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -179,8 +180,12 @@ def helper_request(path, execute, fds=(), timeout=60, **arguments):
     msg = json.dumps({"execute": execute,
                       "arguments": arguments}).encode() + b"\n"
     with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(timeout)
+        # Blocking, as QEMU connects: a full backlog is waited for (up to
+        # the timeout), not refused at once as a timed socket's connect.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                     struct.pack("ll", timeout, 0))
         s.connect(path)
+        s.settimeout(timeout)
         socket.send_fds(s, [msg], list(fds))
         data, got = b"", []
         while not data.endswith(b"\n"):
