@@ -12,7 +12,7 @@
 #               (build/deb/qemu-hpkvm_VERSION_ARCH.deb)
 #   make kvm    our reference KVM (kvm/) for the nested test hosts: its
 #               modules for Debian's x86 kernel, and our kernel built
-#               whole, for x86 and arm64
+#               whole, for x86 and arm64, and Linux's KVM selftests
 #   make arm    the Arm side: qemu-system-aarch64 for arm64 hosts
 #               (build/aarch64) and the arm64 nested test host's needs
 #   make clean  remove build/
@@ -118,6 +118,8 @@ check: $(BUILD)/build.ninja configure
 	$(call timed,installed,$(BUILD_INSTALLED))
 	$(call timed,kernel-x86,kvm/build-kernel.sh)
 	$(call timed,kernel-arm64,kvm/build-kernel.sh --arch arm64)
+	$(call timed,selftests-x86,kvm/build-selftests.sh)
+	$(call timed,selftests-arm64,kvm/build-selftests.sh --arch arm64)
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD) \
 		--build-times $(CHECK_TIMES)
 
@@ -157,6 +159,8 @@ kvm:
 	kvm/build.sh
 	kvm/build-kernel.sh
 	kvm/build-kernel.sh --arch arm64
+	kvm/build-selftests.sh
+	kvm/build-selftests.sh --arch arm64
 
 clean:
 	rm -rf build

@@ -589,6 +589,14 @@ def build_kernel(build, kver, arch="x86_64"):
                                         "kernel", karch), name)
 
 
+def build_selftests(build, kver, arch):
+    """Linux's KVM selftests from Debian's source for @kver
+    (kvm/build-selftests.sh), for arch "x86" or "arm64"; their directory
+    (bin/, built, unbuilt).  Built once per process."""
+    return _run_kvm_script("build-selftests.sh", build, kver,
+                           "kvm-selftests", arch)
+
+
 # The (script, build, kver, arch) this process has run.
 _kvm_built = set()
 
