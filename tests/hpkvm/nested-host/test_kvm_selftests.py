@@ -5,8 +5,8 @@ test hosts: the same tests must pass.
 
 The tests are upstream's, unmodified (tools/testing/selftests/kvm of
 Debian's linux-source for the tested kernel, built by
-kvm/build-selftests.sh).  Each is run once (a failure twice), with its
-own time bound, on:
+kvm/build-selftests.sh).  Each is run once (a failure up to three
+times), with its own time bound, on:
 
 - x86: Debian's kernel with Debian's kvm-amd; the same kernel with our
   KVM's modules (kvm/build.sh), where our series is the one difference;
@@ -81,18 +81,25 @@ ARGS_ARM64 = {
 }
 
 # Tests not run here, per architecture, each with why: no option makes
-# them fit the bound.  (test_kvm_selftests.py --all runs them too.)
+# them fit the bound, or their outcome is chance under TCG.
+# (test_kvm_selftests.py --all runs them too.)
 LEFT_OUT = {
     "x86": {
         "hardware_disable_test":
-            "512 forks of a 4-vCPU VM, each run and killed",
-        "kvm_create_max_vcpus": "creates KVM_CAP_MAX_VCPUS (1024) vCPUs",
-        "rseq_test": "100000 forced task migrations",
+            "512 forks of a 4-vCPU VM, each run and killed: beyond the bound",
+        "kvm_create_max_vcpus":
+            "creates KVM_CAP_MAX_VCPUS (1024) vCPUs: beyond the bound",
+        "rseq_test": "100000 forced task migrations: beyond the bound",
         "set_memory_region_test":
-            "fills all 32764 memory slots with 2 MiB each",
+            "fills all 32764 memory slots with 2 MiB each: beyond the bound",
     },
     "arm64": {
-        "rseq_test": "100000 forced task migrations",
+        "rseq_test": "100000 forced task migrations: beyond the bound",
+        # Not a matter of time: it fails or passes by chance on either
+        # side (seen both ways on both).
+        "aarch64/arch_timer":
+            "its guest waits the timer's period plus 100 us for each "
+            "interrupt, a margin TCG's nested delivery does not keep",
     },
 }
 
@@ -119,19 +126,23 @@ while read -r label name bound args; do
     timeout "$bound" "/payload/kvm/$name" $args < /dev/null \
         > /tmp/kst.log 2>&1
     st=$?
-    # A failure once more (not a time-out: its bound is spent): timing
-    # tests fail now and then on a loaded emulated host.
-    again=-
-    if [ "$st" != 0 ] && [ "$st" != 4 ] && [ "$st" != 124 ] &&
-       [ "$st" != 143 ]; then
+    # A failure up to twice more (not a time-out: its bound is spent):
+    # timing tests fail now and then on a loaded emulated host.  The
+    # last try's status counts.
+    all=$st
+    tries=1
+    while [ "$st" != 0 ] && [ "$st" != 4 ] && [ "$st" != 124 ] &&
+          [ "$st" != 143 ] && [ $tries -lt 3 ]; do
         # shellcheck disable=SC2086
         timeout "$bound" "/payload/kvm/$name" $args < /dev/null \
             > /tmp/kst.again 2>&1
-        again=$?
-    fi
+        st=$?
+        all=$all,$st
+        tries=$((tries + 1))
+    done
     end=$(cut -d' ' -f1 /proc/uptime)
-    echo "kselftest: $label $st $again $start $end"
-    [ "$st" = 0 ] || [ "$st" = 4 ] ||
+    echo "kselftest: $label $all $start $end"
+    [ "$all" = 0 ] || [ "$all" = 4 ] ||
         tail -n 8 /tmp/kst.log | sed "s|^|kselftest-log: $label: |"
     dmesg > /tmp/dmesg.1
     diff /tmp/dmesg.0 /tmp/dmesg.1 | sed -n 's/^+\([^+]\)/\1/p' |
@@ -193,7 +204,7 @@ def outcome(status):
 
 class Side:
     """One boot's results per test: outcome (pass, skip, fail, time-out;
-    a failure's second try counts), its exit statuses if it failed,
+    a failure's last try counts), its tries' exit statuses if it failed,
     seconds, last log lines and kernel messages."""
 
     def __init__(self, label, res, names):
@@ -207,14 +218,12 @@ class Side:
         for line in out.splitlines():
             tag, _, rest = line.partition(": ")
             if tag == "kselftest":
-                name, st, again, start, end = rest.split()
-                # What a second try gave, if the first failed.
-                first = outcome(int(st))
-                self.outcome[name] = first if again == "-" else \
-                    outcome(int(again))
-                self.note[name] = f"{st}" if first == "fail" else ""
-                if again != "-":
-                    self.note[name] += f",{again}"
+                name, tries, start, end = rest.split()
+                # Each try's exit status; the last one counts.
+                statuses = [int(t) for t in tries.split(",")]
+                self.outcome[name] = outcome(statuses[-1])
+                self.note[name] = tries if \
+                    outcome(statuses[0]) == "fail" else ""
                 self.seconds[name] = float(end) - float(start)
             elif tag in ("kselftest-log", "kselftest-dmesg"):
                 name, _, text = rest.partition(": ")
@@ -299,7 +308,7 @@ def selftests_agree(arch, debian_kwargs, ours, every=False):
         print(f"# did not build from Debian's source: {line}")
     chosen = [n for n in built if every or n not in LEFT_OUT[arch]]
     for n in sorted(set(built) - set(chosen)):
-        print(f"# left out: {n}: {LEFT_OUT[arch][n]}, beyond the bound")
+        print(f"# left out: {n}: {LEFT_OUT[arch][n]}")
     runs = test_runs(arch, chosen)
     names = [r[0] for r in runs]
     debian = run_side(arch, d, "Debian's KVM", runs, **debian_kwargs)
