@@ -12,7 +12,9 @@ accelerators again: the "kvm-avic" and "hpkvm-avic" columns, what the
 interrupt virtualization upstream KVM already uses takes off.  A fourth
 boots our whole kernel, where hpkvm's guest owns its cores' APICs, the
 guests of both on their one-shot LAPIC timer: the "kvm-own" and
-"hpkvm-own" columns.
+"hpkvm-own" columns.  The Bochs nested host (Intel VMX, where QEMU's TCG
+has none) runs kvm and hpkvm on our KVM's kvm-intel, and kvm-stock on
+Debian's.
 
 For each workload of the test guest's bench mode (tests/hpkvm/guest/
 bench.c; on arm64 tests/hpkvm/guest-arm/bench.c) it reports latency
@@ -31,8 +33,9 @@ a slow machine: only a broken run (no result, a boundary that costs
 other than one exit) is an error.
 
   bench.py BUILD [--tiny] [--out DIR] [--reps N] [--samples N]
-           [--hosts local,nested,nested-arm64] [--no-nested] [--no-local]
-           [--no-arm] [--no-tcg] [--no-reference] [--no-avic] [--no-own]
+           [--hosts local,nested,nested-arm64,bochs-vmx] [--no-nested]
+           [--no-local] [--no-arm] [--no-bochs] [--no-tcg] [--no-reference]
+           [--no-avic] [--no-own]
 """
 
 import argparse
@@ -197,6 +200,25 @@ avic=$(cat /sys/module/kvm_amd/parameters/avic)
     },
 }
 X86 = ARCHES["x86_64"]
+# The Bochs nested host (tests/hpkvm/nested-host/bochs_host.py): the same
+# guest on kvm-intel, Bochs's Skylake-X, our KVM's modules (kvm-stock:
+# Debian's), booted with nohz_full on the leased cores as the TCG host
+# is.  3 CPUs, not 4, and a guest of 2 vCPUs: Bochs runs its CPUs in
+# turn on one thread, and a fourth makes the boot alone take over 10
+# minutes.  Bochs has no IOMMU, so no VF: the guest has no vf-msi
+# workload there; and no APICv (no posted interrupts in Bochs 2.7), so
+# no AVIC-like columns.
+BOCHS_VMX = dict(
+    X86,
+    guest=X86["guest"].replace(" -device vfio-pci,host=$HPKVM_VF", ""),
+    smp=2, cpus=3,
+    accel={"kvm": "-accel kvm -cpu host",
+           "hpkvm": "-accel hpkvm,host-cpus=1-2,housekeeping-cpus=0 "
+                    "-cpu host"},
+    nested={"kvm": "hpkvm", "model": "vmx", "append": ("nohz_full=1-2",)},
+    setup="", runner="bochs", host="bochs-vmx", timeout=7200)
+for _boot in ("avic", "own"):
+    del BOCHS_VMX[_boot]
 CPU = {"kvm": "host,-arch-capabilities", "hpkvm": "host,-arch-capabilities",
        "tcg": "max"}
 HOSTS = {
@@ -211,6 +233,11 @@ HOSTS = {
                     "host's GIC a GICv4 with vLPIs unless --arm-gic 3; an "
                     "igb VF passed through; under TCG: exit counts real, "
                     "timings not",
+    "bochs-vmx": "the Bochs nested test host's KVM, ours (kvm/'s modules "
+                 "with kvm-intel; kvm-stock: Debian's), on Bochs's "
+                 "Skylake-X: VMX exit semantics as Bochs emulates them, "
+                 "exit counts meaningful, timings not; no APICv, no "
+                 "IOMMU (so no VF)",
 }
 
 
@@ -228,6 +255,8 @@ HOSTS_SHORT = {
               "timings not",
     "nested-arm64": "arm64 nested test host (arm64 KVM under TCG): exit "
                     "counts real, timings not",
+    "bochs-vmx": "Bochs nested host (kvm-intel under Bochs): exit counts "
+                 "real, timings not",
 }
 # The accelerators' columns, in order: kvm-stock is -accel kvm on the
 # nested hosts' stock KVM (the "reference" boot), kvm-avic and
@@ -237,7 +266,8 @@ HOSTS_SHORT = {
 COLUMNS = ("kvm", "hpkvm", "kvm-avic", "hpkvm-avic", "kvm-own", "hpkvm-own",
            "kvm-stock", "tcg")
 # Which architecture each host's guests are.
-HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"]}
+HOST_ARCH = {"local": X86, "nested": X86, "nested-arm64": ARCHES["aarch64"],
+             "bochs-vmx": BOCHS_VMX}
 # Workloads whose operation is an IPI from vCPU 0: their exits also
 # split into the sender's and the receivers'.
 IPI_WORKLOADS = ("ipi-unicast", "ipi-multicast", "hlt-wake", "sgi-spin",
@@ -529,9 +559,13 @@ def extra_boot(arch, boot):
 
 def run_nested(build, accels, samples, idle, reps, arch=X86):
     """Each accelerator in turn, reps times, in one boot of the nested
-    host of @arch (4 CPUs: hpkvm leases the last ones, housekeeping on
-    the first)."""
-    from nested_host import L2_SHELL, run
+    host of @arch (4 CPUs unless it says: hpkvm leases the last ones,
+    housekeeping on the first); in Bochs if @arch's runner says so."""
+    from nested_host import L2_SHELL
+    if arch.get("runner") == "bochs":
+        from bochs_host import run
+    else:
+        from nested_host import run
     guest = arch["guest"] % {"smp": arch["smp"], "samples": samples,
                              "idle": idle}
     trace = arch.get("trace", False)
@@ -549,7 +583,9 @@ def run_nested(build, accels, samples, idle, reps, arch=X86):
             label = f"{accel}-{rep}"
             order.append((accel, label))
             script += f"run_bench {label} {arch['accel'][accel]}\n"
-    res = run(script, cpus=4, timeout=3000, **arch["nested"])
+    res = run(script, cpus=arch.get("cpus", 4),
+              timeout=arch.get("timeout", 3000),
+              **arch["nested"])
     out = {}
     for accel, label in order:
         pre = f"BENCH {label} "
@@ -818,6 +854,8 @@ def main():
     ap.add_argument("--no-local", action="store_true")
     ap.add_argument("--no-arm", action="store_true",
                     help="not the arm64 nested test host")
+    ap.add_argument("--no-bochs", action="store_true",
+                    help="not the Bochs nested host (VMX)")
     ap.add_argument("--no-reference", action="store_true",
                     help="no second boot of the nested hosts on Debian's "
                          "KVM (the kvm-stock column)")
@@ -843,11 +881,13 @@ def main():
         args.reps, args.samples, args.no_nested, args.no_tcg = 1, 8, True, \
             True
     if args.no_nested:
-        hosts -= {"nested", "nested-arm64"}
+        hosts -= {"nested", "nested-arm64", "bochs-vmx"}
     if args.no_local:
         hosts.discard("local")
     if args.no_arm:
         hosts.discard("nested-arm64")
+    if args.no_bochs:
+        hosts.discard("bochs-vmx")
     idle = 100 if args.tiny else 600
     local_accels = ["kvm", "hpkvm"] + ([] if args.no_tcg else ["tcg"])
 
@@ -875,7 +915,9 @@ def main():
     arm = dict(arm, nested=dict(arm["nested"], gic=args.arm_gic))
     for host, arch, label in (("nested", X86, "nested test host"),
                               ("nested-arm64", arm,
-                               "arm64 nested test host")):
+                               "arm64 nested test host"),
+                              ("bochs-vmx", BOCHS_VMX,
+                               "Bochs nested host (VMX)")):
         if host not in hosts:
             continue
         print(f"hpkvm bench: {label}, our KVM: kvm and hpkvm alternating",

@@ -20,6 +20,7 @@
 #define CR4_PAE         (1 << 5)
 #define MSR_EFER        0xc0000080
 #define EFER_LME        (1 << 8)
+#define TSS_SIZE        104             /* a 64-bit TSS, without I/O map */
 
     .section .multiboot, "a"
     .balign 4
@@ -36,6 +37,8 @@ _start:
     movl $(bsp_stack + STACK_SIZE), %esp
     movl %ebx, multiboot_info
     lgdt gdt_desc
+    xorl %eax, %eax
+    call load_tr
     call build_page_tables
     movl $1f, %edi
     jmp enter_long_mode
@@ -66,6 +69,31 @@ build_page_tables:
     incl %ecx
     cmpl $2048, %ecx
     jb 2b
+    ret
+
+/*
+ * Load TR with TSS descriptor %eax (0: the BSP's, slot + 1: an AP's),
+ * written here: a descriptor splits the base into three fields, which
+ * no relocation can fill.  Clobbers %eax, %ecx, %edx.
+ */
+load_tr:
+    shll $4, %eax
+    movl $tss, %ecx
+    movl %ecx, %edx
+    shll $16, %edx
+    orl $(TSS_SIZE - 1), %edx           /* base 15:0, limit 15:0 */
+    movl %edx, gdt_tss(%eax)
+    movl %ecx, %edx
+    andl $0xff000000, %edx              /* base 31:24 */
+    shrl $16, %ecx
+    andl $0xff, %ecx                    /* base 23:16 */
+    orl %ecx, %edx
+    orl $0x8900, %edx                   /* present, available 32/64-bit TSS */
+    movl %edx, gdt_tss + 4(%eax)
+    movl $0, gdt_tss + 8(%eax)          /* base 63:32, in long mode */
+    movl $0, gdt_tss + 12(%eax)
+    addl $TSS_SEL, %eax
+    ltr %ax
     ret
 
 /* From 32-bit protected mode with the GDT loaded; jumps to %edi in 64-bit. */
@@ -112,6 +140,8 @@ ap_entry32:
     incl %esp
     shll $STACK_SHIFT, %esp
     addl $ap_stacks, %esp
+    incl %eax
+    call load_tr
     movl $1f, %edi
     jmp enter_long_mode
     .code64
@@ -153,6 +183,8 @@ gdt:
     .quad 0x00cf9a000000ffff            /* CODE32_SEL: flat 32-bit code */
     .quad 0x00cf92000000ffff            /* DATA_SEL: flat data */
     .quad 0x00af9a000000ffff            /* CODE64_SEL: 64-bit code */
+gdt_tss:                                /* TSS_SEL: load_tr() writes them */
+    .skip 16 * (MAX_CPUS + 1)
 gdt_end:
 gdt_desc:
     .word gdt_end - gdt - 1
@@ -166,6 +198,9 @@ multiboot_info:
     .long 0
 
     .bss
+    .balign 16
+tss:
+    .skip TSS_SIZE
     .balign 4096
 pml4:
     .skip 4096

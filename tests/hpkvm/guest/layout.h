@@ -12,6 +12,14 @@
 #define CODE32_SEL      0x08
 #define DATA_SEL        0x10
 #define CODE64_SEL      0x18
+/*
+ * Each CPU's TSS descriptor (16 bytes in long mode): the BSP's first,
+ * then each AP's by its slot.  All name one TSS, which nothing reads
+ * (no IST, no privilege change); they exist because Intel CPUs refuse to
+ * enter long mode with a 16-bit TSS in TR, which is what a vCPU's reset
+ * state holds on SVM (Bochs's SVM model refuses it too).
+ */
+#define TSS_SEL         0x20
 
 #define MAX_CPUS        64
 #define STACK_SHIFT     12

@@ -36,9 +36,10 @@ REPO = os.path.normpath(os.path.join(
 with open(os.path.join(REPO, "kvm", "tested-kernel")) as _f:
     TESTED_KERNEL = _f.read().strip()
 
-# Modules to load, in this order (dependencies are added before each).
+# Modules to load, in this order (dependencies are added before each);
+# /init loads kvm-amd or kvm-intel, whichever the CPU has (SVM or VMX).
 MODULES = [
-    "kvm", "kvm-amd", "irqbypass",
+    "kvm", "kvm-amd", "kvm-intel", "irqbypass",
     "tun", "tap", "vhost_iotlb", "vhost", "vhost_net",
     "dca", "i2c-algo-bit", "igb",
     "vfio", "vfio_iommu_type1", "vfio_virqfd", "vfio-pci-core", "vfio-pci",
@@ -53,6 +54,10 @@ ARM64_MODULES = [
     "tun", "tap", "vhost_iotlb", "vhost", "vhost_net",
     "igb", "vfio", "vfio_iommu_type1", "vfio-pci",
 ]
+# What a host booted from a CD-ROM (the Bochs nested host,
+# bochs_host.py) needs to read its build from the disc: PIIX's IDE and
+# ISO 9660.  /init loads them only there (nested_host.medium=cdrom).
+CDROM_MODULES = ["ata_piix", "sr_mod", "isofs"]
 ARM64_LIB_DIRS = ["lib/aarch64-linux-gnu", "usr/lib/aarch64-linux-gnu"]
 
 
@@ -257,7 +262,8 @@ def build_base(cache, kver, arch="x86_64"):
         init = f.read()
     with open(os.path.join(HERE, "helper.sh"), "rb") as f:
         helper_sh = f.read()
-    tag = _sha(kver, arch, init, helper_sh, " ".join(modules))
+    tag = _sha(kver, arch, init, helper_sh, " ".join(modules),
+               " ".join(CDROM_MODULES))
     out = os.path.join(cache, f"base-{kver}-{tag}.cpio")
     vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
     if os.path.exists(out):
@@ -280,11 +286,14 @@ def build_base(cache, kver, arch="x86_64"):
                     0o644)
         w.add_bytes("etc/group", b"root:x:0:\nnogroup:x:65534:\n", 0o644)
     order = _module_closure(moddir, modules)
-    for rel in order:
+    cdrom = [rel for rel in _module_closure(moddir, CDROM_MODULES)
+             if rel not in order] if arch == "x86_64" else []
+    for rel in order + cdrom:
         w.add_file(f"lib/modules/{kver}/{rel}", os.path.join(moddir, rel))
-    w.add_bytes("etc/nested-host/modules",
-                "".join(f"/lib/modules/{kver}/{rel}\n" for rel in order)
-                .encode())
+    for name, mods in (("modules", order), ("modules-cdrom", cdrom)):
+        w.add_bytes(f"etc/nested-host/{name}",
+                    "".join(f"/lib/modules/{kver}/{rel}\n" for rel in mods)
+                    .encode())
     w.write(out)
     return vmlinuz, out
 
@@ -562,11 +571,12 @@ def build_kvm(build, kver):
     """Our KVM (kvm/) for @kver, as a cpio piece; built once per process
     (kvm/build.sh itself rebuilds only what changed).
 
-    /init loads hpkvm/kvm/*.ko instead of the stock kvm and kvm-amd when
-    the kernel command line says nested_host.kvm=hpkvm.
+    /init loads hpkvm/kvm/*.ko instead of the stock kvm and kvm-amd (or
+    kvm-intel) when the kernel command line says nested_host.kvm=hpkvm.
     """
     outdir = _run_kvm_script("build.sh", build, kver, "kvm")
-    mods = [os.path.join(outdir, f"{m}.ko") for m in ("kvm", "kvm-amd")]
+    mods = [os.path.join(outdir, f"{m}.ko")
+            for m in ("kvm", "kvm-amd", "kvm-intel")]
     out = os.path.join(outdir, "kvm.cpio")
     if (os.path.exists(out) and
             os.stat(out).st_mtime >= max(os.stat(m).st_mtime for m in mods)):

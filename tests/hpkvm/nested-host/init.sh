@@ -49,6 +49,26 @@ param() {
 }
 
 kvm=$(param kvm)
+# Booted from a CD-ROM (the Bochs nested host, bochs_host.py): the initrd
+# holds only this base, our KVM and the payload, as a BIOS reads a disc
+# slowly and an emulated CPU copies an initrd slowly; our build is on the
+# disc's root/, read by Linux's PIIX driver (DMA) when QEMU first maps
+# a page, and linked into place here.
+if [ "$(param medium)" = cdrom ]; then
+    while read -r m; do
+        insmod "$m" 2> $con || log "insmod $m failed"
+    done < /etc/nested-host/modules-cdrom
+    mkdir -p /medium
+    i=0
+    until mount -t iso9660 -o ro /dev/sr0 /medium 2> /dev/null; do
+        sleep 0.1; i=$((i + 1))
+        [ $i -ge 300 ] && { log "no CD-ROM to mount at /medium"; break; }
+    done
+    (cd /medium/root && find . -type f) | while read -r f; do
+        mkdir -p "${f%/*}"
+        ln -sf "/medium/root/${f#./}" "$f"
+    done
+fi
 # kvm-amd's parameters, e.g. nested_host.kvm_amd=avic=1 (0: none).
 kvm_amd=$(param kvm_amd)
 [ "$kvm_amd" = 0 ] && kvm_amd=
@@ -67,10 +87,23 @@ if [ -s /etc/nested-host/modules ] && grep -q tsc $cs; then
     done
     [ "$(cat $cs)" = tsc ] || log "the TSC's rate is not refined yet"
 fi
+# The vendor module of the CPU's virtualization: kvm-amd (SVM) or
+# kvm-intel (VMX; the Bochs nested host); the other one is not loaded.
+vendor_ko="kvm-amd.ko"
+grep -qw vmx /proc/cpuinfo && vendor_ko="kvm-intel.ko"
+# nested_host.modules=kvm: KVM's modules only (the Bochs host, which has
+# no igb and no IOMMU, and whose emulated CPU takes seconds per module).
+only_kvm=$(param modules)
 while read -r m; do
+    case "${m##*/}" in
+    kvm-amd.ko|kvm-intel.ko) [ "${m##*/}" = $vendor_ko ] || continue ;;
+    kvm.ko|irqbypass.ko) ;;
+    *) [ "$only_kvm" = kvm ] && continue ;;
+    esac
     # Ours replace the stock ones (unsigned: the kernel loads them, tainted).
     case "$kvm:${m##*/}" in
-    hpkvm:kvm.ko|hpkvm:kvm-amd.ko) m=/hpkvm/kvm/${m##*/} ;;
+    hpkvm:kvm.ko|hpkvm:kvm-amd.ko|hpkvm:kvm-intel.ko)
+        m=/hpkvm/kvm/${m##*/} ;;
     esac
     args=
     [ "${m##*/}" = kvm-amd.ko ] && args=$kvm_amd

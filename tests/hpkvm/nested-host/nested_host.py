@@ -240,11 +240,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
 
     with tempfile.TemporaryDirectory(prefix="nested-host-") as tmp:
         payload = os.path.join(tmp, "payload.cpio")
-        w = NewcWriter()
-        w.add_bytes("payload/run.sh", script.encode(), 0o755)
-        for path, data in (files or {}).items():
-            w.add_bytes(f"payload/{path}", data, 0o755)
-        w.write(payload)
+        write_payload(payload, script, files)
         initrd = os.path.join(tmp, "initrd")
         with open(initrd, "wb") as out:
             for piece in pieces + [hpkvm, payload]:
@@ -338,9 +334,24 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         except subprocess.TimeoutExpired as e:
             err = f"timed out after {timeout} s; {e.stderr or ''}"
         seconds = time.monotonic() - start
-        con = _read(console)
-        out = _read(output)
+        return payload_result(read_serial(console),
+                              read_serial(output), err, seconds)
 
+
+def write_payload(path, script, files):
+    """The payload's cpio piece at path: script as /payload/run.sh, and
+    files ({path inside /payload: bytes}) beside it."""
+    w = NewcWriter()
+    w.add_bytes("payload/run.sh", script.encode(), 0o755)
+    for name, data in (files or {}).items():
+        w.add_bytes(f"payload/{name}", data, 0o755)
+    w.write(path)
+
+
+def payload_result(con, out, err, seconds):
+    """The Result of a boot whose console and payload serial ports read
+    con and out; NestedHostError, with err (the emulator's own words)
+    and the console's last lines, if the payload did not finish."""
     lines = out.splitlines()
     if not lines or not lines[-1].startswith(EXIT_MARK):
         raise NestedHostError(
@@ -352,7 +363,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     return Result(status, "\n".join(lines[:-1]) + "\n", con, seconds)
 
 
-def _read(path):
+def read_serial(path):
     """A serial port's text, without what only a terminal reads: the
     carriage returns, and the escape sequences with which UEFI (arm64
     with an SMMU) clears every serial port it finds."""
