@@ -91,14 +91,17 @@ fi
 # kvm-intel (VMX; the Bochs nested host); the other one is not loaded.
 vendor_ko="kvm-amd.ko"
 grep -qw vmx /proc/cpuinfo && vendor_ko="kvm-intel.ko"
-# nested_host.modules=kvm: KVM's modules only (the Bochs host, which has
-# no igb and no IOMMU, and whose emulated CPU takes seconds per module).
-only_kvm=$(param modules)
+# nested_host.modules=kvm: KVM's modules and what they need only, the
+# list up to kvm-intel (the Bochs host, which has no igb and no IOMMU,
+# and whose emulated CPU takes seconds per module).
+modules=/etc/nested-host/modules
+if [ "$(param modules)" = kvm ]; then
+    sed '/\/kvm-intel\.ko$/q' $modules > /tmp/modules-kvm
+    modules=/tmp/modules-kvm
+fi
 while read -r m; do
     case "${m##*/}" in
     kvm-amd.ko|kvm-intel.ko) [ "${m##*/}" = $vendor_ko ] || continue ;;
-    kvm.ko|irqbypass.ko) ;;
-    *) [ "$only_kvm" = kvm ] && continue ;;
     esac
     # Ours replace the stock ones (unsigned: the kernel loads them, tainted).
     case "$kvm:${m##*/}" in
@@ -114,7 +117,7 @@ while read -r m; do
         args=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^kvm\.//p')
     # shellcheck disable=SC2086 # one word per parameter
     insmod "$m" $args 2> $con || log "insmod $m $args failed"
-done < /etc/nested-host/modules
+done < $modules
 
 vfs=$(param vfs)
 vfio_vfs=$(param vfio_vfs)
