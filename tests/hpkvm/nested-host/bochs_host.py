@@ -200,9 +200,8 @@ def run(script, model="vmx", cpus=2, mem_mb=2048, kvm="hpkvm",
                                   timeout=timeout, env=env,
                                   preexec_fn=_die_with_parent)
             err = _bochs_said(proc.stdout + proc.stderr)
-        except subprocess.TimeoutExpired as e:
+        except subprocess.TimeoutExpired:
             err = f"timed out after {timeout} s"
-            del e
         seconds = time.monotonic() - start
         return nested_host.payload_result(
             nested_host.read_serial(console),
@@ -273,12 +272,7 @@ def main():
     except (NestedHostError, RuntimeError) as e:
         print(f"bochs-host: {e}", file=sys.stderr)
         return 125
-    if args.console:
-        sys.stderr.write(res.console)
-    sys.stdout.write(res.output)
-    print(f"bochs-host: payload exit status {res.status} "
-          f"({res.seconds:.1f} s)", file=sys.stderr)
-    return res.status
+    return nested_host.report(res, "bochs-host", args.console)
 
 
 if __name__ == "__main__":

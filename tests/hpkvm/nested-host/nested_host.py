@@ -410,10 +410,17 @@ def main():
     except (NestedHostError, RuntimeError) as e:
         print(f"nested-host: {e}", file=sys.stderr)
         return 125
-    if args.console:
+    return report(res, "nested-host", args.console)
+
+
+def report(res, name, console=False):
+    """A command line's end of a run: the payload's output on stdout, the
+    host's console (if asked) and the status line on stderr; the
+    payload's exit status."""
+    if console:
         sys.stderr.write(res.console)
     sys.stdout.write(res.output)
-    print(f"nested-host: payload exit status {res.status} "
+    print(f"{name}: payload exit status {res.status} "
           f"({res.seconds:.1f} s)", file=sys.stderr)
     return res.status
 

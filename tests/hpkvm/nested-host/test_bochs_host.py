@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
 import bochs_host  # noqa: E402
 from hostlib import TapSuite  # noqa: E402
 from nested_host import NestedHostError  # noqa: E402
-from test_nested_host import PAYLOAD_LIB, feature, lines_with  # noqa: E402
+from test_nested_host import (PAYLOAD_LIB, assert_vcpus_held,  # noqa: E402
+                               feature, lines_with)
 
 # One boot, bounded at 2.5 times the 350 s it took under meson here (Bochs
 # uses one core, whatever runs beside it); the L2 guest's waits inside
@@ -77,10 +78,7 @@ guest_finish
 guest_qemu -accel %(accel)s -cpu host -smp 1 || exit 1
 hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
 echo "hpkvm: $hp"
-for tid in $(echo "$hp" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
-    taskset -p 1 $tid > /dev/null 2>&1
-    echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
-done
+repin_vcpus "$hp"
 guest_finish
 """ % {"accel": ACCEL}, model="vmx")
     print("#", res.output.replace("\n", "\n# "))
@@ -107,15 +105,7 @@ guest_finish
     timer = feature(hp, "timer-passthrough")
     assert not timer["granted"], timer
     assert "one-shot LAPIC timer" in timer["reason"], timer
-    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
-    assert list(vcpus.values()) == [1], hp["placement"]
-    repins = lines_with(res.output, "repin: ")
-    assert len(repins) == 1, res.output
-    for line in repins:
-        tid, rc, allowed = line.split(" ", 2)
-        # taskset fails (EINVAL): the kernel holds the thread on its core.
-        assert rc != "0", line
-        assert allowed == f"Cpus_allowed_list:{vcpus[int(tid)]}", line
+    assert_vcpus_held(res, hp, [1])
     assert lines_with(res.output, "status: ") == ["1", "1"], res.output
     kvm, hpkvm = lines_with(res.output, "serial: ")
     assert "hpkvm-guest: PASS cpus=2/2" in kvm, kvm

@@ -92,6 +92,15 @@ guest_qemu() {
     qemu_pid=$!
     wait_qmp_socket
 }
+# Try to move each vCPU thread that query-hpkvm's answer $1 places to
+# core 0: "repin: TID STATUS Cpus_allowed_list:CORES" per thread
+# (assert_vcpus_held() reads them).
+repin_vcpus() {
+    for tid in $(echo "$1" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
+        taskset -p 1 $tid > /dev/null 2>&1
+        echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
+    done
+}
 # Let the paused guest run; a refused "cont" is printed, and fails the test.
 guest_cont() {
     reply=$(qmp-exec /tmp/qmp.sock cont) || echo "cont-failed: $reply"
@@ -732,6 +741,21 @@ def feature(info, name):
     return [f for f in info["features"] if f["feature"] == name][0]
 
 
+def assert_vcpus_held(res, hp, cores):
+    """The vCPU threads of query-hpkvm's answer hp on the host cores
+    listed (sorted), each still allowed only its own after repin_vcpus
+    tried to move it, which failed (EINVAL): the kernel holds the thread
+    on its core."""
+    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
+    assert sorted(vcpus.values()) == cores, hp["placement"]
+    repins = lines_with(res.output, "repin: ")
+    assert len(repins) == len(cores), res.output
+    for line in repins:
+        tid, rc, allowed = line.split(" ", 2)
+        assert rc != "0", line
+        assert allowed == f"Cpus_allowed_list:{vcpus[int(tid)]}", line
+
+
 @test
 def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     """kvm/'s KVM (loaded instead of Debian's, so the kernel is tainted
@@ -750,10 +774,7 @@ echo "tainted: $(cat /proc/sys/kernel/tainted)"
 guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
 hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
 echo "hpkvm: $hp"
-for tid in $(echo "$hp" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
-    taskset -p 1 $tid > /dev/null 2>&1
-    echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
-done
+repin_vcpus "$hp"
 guest_finish
 # The host keeps core 2 from hpkvm: QEMU does not ask (auto), or says why.
 bindable=$(cat /sys/module/kvm/parameters/hpkvm_cores)
@@ -792,15 +813,7 @@ wait_qemu
     nohz = feature(hp, "dynamic-nohz")
     assert not nohz["granted"], nohz
     assert "booted without nohz_full=" in nohz["reason"], nohz
-    vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
-    assert sorted(vcpus.values()) == [2, 3], hp["placement"]
-    repins = lines_with(res.output, "repin: ")
-    assert len(repins) == 2, res.output
-    for line in repins:
-        tid, rc, allowed = line.split(" ", 2)
-        # taskset fails (EINVAL): the kernel holds the thread on its core.
-        assert rc != "0", line
-        assert allowed == f"Cpus_allowed_list:{vcpus[int(tid)]}", line
+    assert_vcpus_held(res, hp, [2, 3])
     assert lines_with(res.output, "status: ") == ["1"], res.output
     serial = lines_with(res.output, "serial: ")[0]
     assert "hpkvm-guest: PASS cpus=2/2" in serial, serial
