@@ -11,6 +11,8 @@ The image is a kernel and an initrd made of concatenated cpio pieces:
 - payload: the test's script, per run (see nested_host.py).
 """
 
+import fcntl
+import functools
 import glob
 import hashlib
 import json
@@ -19,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 
 from cpio_newc import NewcWriter
 
@@ -70,6 +73,40 @@ def default_cache_dir():
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
         "hpkvm")
     return os.path.join(base, "nested-host")
+
+
+# How deep this thread is in _exclusive() calls: flock() locks an open
+# file description, so a nested call in the holder would wait on itself.
+_image_lock = threading.local()
+
+
+def _exclusive(fn):
+    """Run fn holding the image lock (a flock() in the cache directory).
+
+    meson runs the nested-host tests in parallel, and each builds the
+    pieces it needs; two kvm/build.sh runs in one directory at once left
+    an empty kvm.ko (seen in CI), and two writers of one cpio interleave.
+    One builder at a time; the others wait, then find it current.
+    """
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        if getattr(_image_lock, "depth", 0):
+            return fn(*args, **kwargs)
+        os.makedirs(default_cache_dir(), exist_ok=True)
+        path = os.path.join(default_cache_dir(), "image.lock")
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log(f"{fn.__name__}: waiting for another process building "
+                    f"the image ({path})")
+                fcntl.flock(f, fcntl.LOCK_EX)
+            _image_lock.depth = 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _image_lock.depth = 0
+    return locked
 
 
 def _apt_has(pkg):
@@ -244,6 +281,7 @@ def _download_arm64(pkg):
     return r.stdout.split()[-1]
 
 
+@_exclusive
 def build_base(cache, kver, arch="x86_64"):
     """Kernel image and base cpio (busybox, /init, modules); cached."""
     debs = os.path.join(cache, "debs")
@@ -476,6 +514,7 @@ def _installed_version(pkg):
     return r.stdout
 
 
+@_exclusive
 def build_libvirt(cache):
     """libvirt as a cpio piece: this machine's installed libvirtd,
     virtlogd, virsh and QEMU driver with their libraries; /etc/libvirt as
@@ -532,6 +571,7 @@ def installed_bindir(build):
     return os.path.join(opts["prefix"], opts["bindir"])
 
 
+@_exclusive
 def build_installed(build, out):
     """QEMU's install of our build ("make install": meson install, here
     stripped) as a cpio piece at its real prefix, /usr/local unless
@@ -567,6 +607,7 @@ def build_installed(build, out):
     return out
 
 
+@_exclusive
 def build_kvm(build, kver):
     """Our KVM (kvm/) for @kver, as a cpio piece; built once per process
     (kvm/build.sh itself rebuilds only what changed).
@@ -588,6 +629,7 @@ def build_kvm(build, kver):
     return out
 
 
+@_exclusive
 def build_kernel(build, kver, arch="x86_64"):
     """Our kernel (kvm/build-kernel.sh): Debian's source for @kver with our
     series, everything built in; its bzImage, or on aarch64 its Image.
@@ -599,6 +641,7 @@ def build_kernel(build, kver, arch="x86_64"):
                                         "kernel", karch), name)
 
 
+@_exclusive
 def build_selftests(build, kver, arch):
     """Linux's KVM selftests from Debian's source for @kver
     (kvm/build-selftests.sh), for arch "x86" or "arm64"; their directory
@@ -625,6 +668,7 @@ def _run_kvm_script(script, build, kver, subdir, arch=None):
     return outdir
 
 
+@_exclusive
 def build_hpkvm(build, out, arch="x86_64"):
     """The cpio of our build; rebuilt when an input is newer, or the
     inputs are other files than the cpio was packed from (out's .inputs
