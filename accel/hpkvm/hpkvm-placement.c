@@ -180,7 +180,10 @@ static bool placement_bind(HPKVMState *s, CPUState *cpu, bool may_defer,
         if (w.kernel_ret == -EPERM) {
             error_append_hint(errp, "The host's KVM binds vCPUs only to the "
                               "cores its policy allows (the reference "
-                              "kernel: %s); use host cores within them, or "
+                              "kernel: %s) and, for a QEMU without "
+                              "CAP_SYS_NICE, only to cores "
+                              "qemu-hpkvm-helper leased it; use host cores "
+                              "within them, with the helper running, or "
                               "have the host's administrator add this one "
                               "there.\n", HPKVM_HOST_KVM_CORES);
         } else if (w.kernel_ret == -EBUSY) {

@@ -112,4 +112,18 @@ struct hpkvm_irte {
 #define HPKVM_IRTE_CLEAR		(1U << 0)
 #define HPKVM_SET_IRTE			_IOW(HPKVMIO, 0x20, struct hpkvm_irte)
 
+/*
+ * System ioctl, with CAP_SYS_NICE: let the process @pid (a thread group
+ * leader, in the caller's PID namespace) bind vCPUs to @host_cpu, which
+ * without a grant needs CAP_SYS_NICE; @pid 0 takes the grant back.  A
+ * core is granted to one process at a time; a bind made stays.
+ */
+struct hpkvm_core_grant {
+	__u32 host_cpu;			/* in */
+	__s32 pid;			/* in: 0 to revoke */
+	__u64 reserved[2];		/* in: zero */
+};
+
+#define HPKVM_GRANT_CORE		_IOW(HPKVMIO, 0x03, struct hpkvm_core_grant)
+
 #endif /* _LINUX_HPKVM_H */

@@ -31,6 +31,7 @@
 #include "qobject/qlist.h"
 #include "qobject/qnum.h"
 #include "qobject/qstring.h"
+#include "hpkvm-helper-grant.h"
 #include "hpkvm-helper-policy.h"
 #include "accel/hpkvm/hpkvm-helper-proto.h"
 #include "accel/hpkvm/hpkvm-isolate.h"
@@ -55,6 +56,7 @@ typedef struct Helper {
     HpkvmHost host;
     char *state_dir;
     HpkvmHelperPolicy *policy;
+    HpkvmHelperGrants grants;   /* the kernel's, of the cores leased */
     GHashTable *watched;        /* the pids of the clients watched */
     GHashTable *pending;        /* uid: its connections waiting to be read */
     int64_t capped_at;          /* when a connection over that was last said */
@@ -137,6 +139,7 @@ static gboolean helper_client_died(gint fd, GIOCondition cond, gpointer data)
     g_autofree char *why = g_strdup_printf("pid %d exited", w->pid);
 
     g_hash_table_remove(w->h->watched, GINT_TO_POINTER(w->pid));
+    hpkvm_helper_grants_drop(&w->h->grants, w->pid);
     /* Its leases died with it (the kernel dropped their locks). */
     if (helper_reconcile_all(w->h, why, NULL)) {
         info_report("%s: host reconciled", why);
@@ -437,7 +440,7 @@ static QDict *helper_lease(Helper *h, const HpkvmPeer *peer, QDict *args,
     LeaseAsk ask;
     HpkvmCpuSet hk;
     unsigned cpu;
-    bool ok;
+    bool ok, granted;
     int lock;
 
     if (!helper_parse_lease(h, args, *nfds, peer, &ask, errp) ||
@@ -452,11 +455,17 @@ static QDict *helper_lease(Helper *h, const HpkvmPeer *peer, QDict *args,
         return NULL;
     }
     ok = helper_grant(h, &ask, l, fds, &hk, &rep, errp);
-    if (!ok) {
+    granted = ok &&
+        hpkvm_helper_grants_give(&h->grants, &ask.cores, peer->pid, errp);
+    if (!granted) {
         hpkvm_leases_release(l);
     }
     close(lock);
-    if (!ok) {
+    if (ok && !granted) {
+        /* Isolated for leases that are gone: as the others say. */
+        helper_reconcile_all(h, "a lease not granted", NULL);
+    }
+    if (!granted) {
         return NULL;
     }
 
@@ -831,6 +840,7 @@ int main(int argc, char **argv)
     }
 
     hpkvm_host_init(&h.host, root);
+    hpkvm_helper_grants_init(&h.grants, h.host.real);
     if (!policy) {
         policy = hpkvm_host_path(&h.host, HPKVM_HELPER_POLICY);
     }

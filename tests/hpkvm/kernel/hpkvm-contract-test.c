@@ -50,9 +50,12 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <glib.h>
+#include <linux/capability.h>
 #include <linux/kvm.h>
 #include "linux/hpkvm.h"
 
@@ -367,6 +370,53 @@ static int contract_job_get_affinity(void *opaque)
 static int contract_job_set_affinity(void *opaque)
 {
     return contract_result(sched_setaffinity(0, sizeof(cpu_set_t), opaque));
+}
+
+/*
+ * Drop CAP_SYS_NICE from the calling thread's effective capabilities: a
+ * raw capset() changes that thread only, so the test's other threads
+ * keep root's.  The thread stays so until it ends.
+ */
+static int contract_job_drop_sys_nice(void *opaque)
+{
+    struct __user_cap_header_struct hdr = {
+        .version = _LINUX_CAPABILITY_VERSION_3,
+    };
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+
+    if (syscall(SYS_capget, &hdr, data)) {
+        return -errno;
+    }
+    data[CAP_TO_INDEX(CAP_SYS_NICE)].effective &= ~CAP_TO_MASK(CAP_SYS_NICE);
+    return contract_result(syscall(SYS_capset, &hdr, data));
+}
+
+static int contract_job_gettid(void *opaque)
+{
+    return syscall(SYS_gettid);
+}
+
+typedef struct ContractGrant {
+    int kvm_fd;
+    struct hpkvm_core_grant grant;
+} ContractGrant;
+
+static int contract_job_grant(void *opaque)
+{
+    ContractGrant *g = opaque;
+
+    return contract_result(ioctl(g->kvm_fd, HPKVM_GRANT_CORE, &g->grant));
+}
+
+/* HPKVM_GRANT_CORE of @host_cpu to process @pid (0: revoke). */
+static int contract_grant(int kvm_fd, uint32_t host_cpu, int32_t pid)
+{
+    ContractGrant g = {
+        .kvm_fd = kvm_fd,
+        .grant = { .host_cpu = host_cpu, .pid = pid },
+    };
+
+    return contract_job_grant(&g);
 }
 
 /* HPKVM_BIND_VCPU of @vcpu to @host_cpu, from @w's thread. */
@@ -1419,6 +1469,90 @@ static void test_bind_host_cores(void)
     contract_vm_free(&vm);
 }
 
+/*
+ * A thread without CAP_SYS_NICE binds only to a core granted to its
+ * process: EPERM before the grant, and after it is taken back; the grant
+ * itself needs CAP_SYS_NICE, names a process (not another thread) that
+ * exists, and a possible core.  Every grant made is taken back before
+ * any check.
+ */
+static void test_bind_needs_grant(void)
+{
+    unsigned int cpu = contract_last_cpu();
+    int kvm_fd = contract_open_kvm();
+    ContractGrant unprivileged = {
+        .kvm_fd = kvm_fd,
+        .grant = { .host_cpu = cpu, .pid = getpid() },
+    };
+    int bind_ungranted, grant, bind_granted, run, grant_by_user;
+    int revoke, bind_revoked, grant_thread, grant_gone, grant_cpu;
+    int grant_reserved, grant_negative, revoke_again;
+    ContractVcpu vcpu, vcpu_late;
+    ContractWorker *w, *late;
+    ContractVm vm, vm_late;
+    pid_t gone;
+
+    contract_vm_new(&vm);
+    contract_vm_exclusive(&vm, 1);
+    contract_vcpu_new(&vm, 0, &vcpu);
+    contract_vm_new(&vm_late);
+    contract_vm_exclusive(&vm_late, 1);
+    contract_vcpu_new(&vm_late, 0, &vcpu_late);
+    w = contract_worker_new();
+    late = contract_worker_new();
+    contract_setup(contract_worker_call(w, contract_job_drop_sys_nice, NULL),
+                   "capset");
+    contract_setup(contract_worker_call(late, contract_job_drop_sys_nice,
+                                        NULL), "capset");
+    /* A process that is gone: a child, exited and reaped. */
+    gone = contract_setup(fork(), "fork");
+    if (!gone) {
+        _exit(0);
+    }
+    contract_setup(waitpid(gone, NULL, 0), "waitpid");
+
+    bind_ungranted = contract_bind(w, &vcpu, cpu);
+    grant = contract_grant(kvm_fd, cpu, getpid());
+    bind_granted = contract_bind(w, &vcpu, cpu);
+    run = contract_run(w, &vcpu);
+    grant_by_user = contract_worker_call(w, contract_job_grant,
+                                         &unprivileged);
+    revoke = contract_grant(kvm_fd, cpu, 0);
+    /* The first VM still holds the core: a second bind is checked too. */
+    bind_revoked = contract_bind(late, &vcpu_late, cpu);
+    grant_thread = contract_grant(kvm_fd, cpu,
+                                  contract_worker_call(w, contract_job_gettid,
+                                                       NULL));
+    grant_gone = contract_grant(kvm_fd, cpu, gone);
+    grant_cpu = contract_grant(kvm_fd, UINT32_MAX, getpid());
+    grant_negative = contract_grant(kvm_fd, cpu, -1);
+    unprivileged.grant.reserved[1] = 1;
+    grant_reserved = contract_job_grant(&unprivileged);
+    revoke_again = contract_grant(kvm_fd, cpu, 0);
+
+    g_assert_cmpint(revoke, ==, 0);
+    g_assert_cmpint(revoke_again, ==, 0);
+    g_assert_cmpint(bind_ungranted, ==, -EPERM);
+    g_assert_cmpint(grant, ==, 0);
+    g_assert_cmpint(bind_granted, ==, 0);
+    g_assert_cmpint(run, ==, -EINTR);
+    g_assert_cmpint(grant_by_user, ==, -EPERM);
+    g_assert_cmpint(bind_revoked, ==, -EPERM);
+    g_assert_cmpint(grant_thread, ==, -ESRCH);
+    g_assert_cmpint(grant_gone, ==, -ESRCH);
+    g_assert_cmpint(grant_cpu, ==, -EINVAL);
+    g_assert_cmpint(grant_negative, ==, -EINVAL);
+    g_assert_cmpint(grant_reserved, ==, -EINVAL);
+
+    contract_worker_free(late);
+    contract_worker_free(w);
+    contract_vcpu_free(&vcpu_late);
+    contract_vm_free(&vm_late);
+    contract_vcpu_free(&vcpu);
+    contract_vm_free(&vm);
+    close(kvm_fd);
+}
+
 /* A bound vCPU runs from its own thread only: EPERM from another. */
 static void test_run_other_thread(void)
 {
@@ -1549,6 +1683,7 @@ int main(int argc, char **argv)
     g_test_add_func("/hpkvm-contract/bind/last-core-is-the-hosts",
                     test_bind_last_core_is_the_hosts);
     g_test_add_func("/hpkvm-contract/bind/host-cores", test_bind_host_cores);
+    g_test_add_func("/hpkvm-contract/bind/needs-grant", test_bind_needs_grant);
     g_test_add_func("/hpkvm-contract/run/unbound", test_run_unbound);
     g_test_add_func("/hpkvm-contract/run/other-thread",
                     test_run_other_thread);

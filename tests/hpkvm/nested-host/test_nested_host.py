@@ -2276,7 +2276,8 @@ NOBODY = 65534
 @test
 def an_unprivileged_qemu_leases_the_cores_the_policy_allows_it():
     """QEMU as uid 65534, which the host's policy allows cores 2-3: its
-    VM runs on them with the host isolated; a second one asking for core
+    VM runs on them with the host isolated and its vCPUs bound there by
+    our KVM, which the helper granted them; a second one asking for core
     1 is refused, the helper naming the core and the rule to add; after
     the first quits, the host is as before."""
     accel = "hpkvm,host-cpus=2-3,housekeeping-cpus=0-1,dynamic-isolation=on"
@@ -2341,6 +2342,12 @@ sed 's/^/helper-log: /' $HELPER_LOG
     pid = lines_with(res.output, "qemu-pid: ")[0]
     assert f"pid {pid} (uid {NOBODY}): host cores 2-3 leased, isolation " \
         "on" in res.output, res.output
+    # Our KVM binds the vCPUs of a QEMU without CAP_SYS_NICE only to
+    # cores granted to it: the helper granted the leased ones, and the
+    # kernel bound them.
+    assert f"pid {pid}: host cores 2-3 granted in KVM" in res.output, \
+        res.output
+    assert feature(hp, "exclusive-cores")["granted"], hp
     assert lines_with(res.output, "refused: ") == ["1"], res.output
     refused = "\n".join(lines_with(res.output, "refused-err: "))
     assert f"the host's policy does not let uid {NOBODY} lease host core " \
