@@ -6,6 +6,9 @@
 #   make check  build and run hpkvm's unit tests and qtests
 #   make bench  kvm / hpkvm / tcg micro-benchmarks and exit census (here,
 #               and in the x86 and arm64 nested test hosts)
+#   make check-vmx  what does not fit make check on the Bochs nested host
+#               (VMX): Linux's KVM selftests on Debian's kvm-intel and on
+#               ours, and the Bochs SVM case (about an hour)
 #   make install  install QEMU, its firmware and tools, hpkvm's tools and
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
@@ -92,7 +95,8 @@ CHECK_TIMES := build/check-times
 timed = @echo '$(2)' && mkdir -p build && start=$$(date +%s) && $(2) && \
 	echo "$(1) $$(( $$(date +%s) - start ))" >> $(CHECK_TIMES)
 
-.PHONY: all build configure run check bench install deb kvm arm clean
+.PHONY: all build configure run check check-vmx bench install deb kvm arm \
+	clean
 
 all: build
 
@@ -122,6 +126,18 @@ check: $(BUILD)/build.ninja configure
 	$(call timed,selftests-arm64,kvm/build-selftests.sh --arch arm64)
 	@/usr/bin/python3 scripts/hpkvm/run-tests.py $(BUILD) \
 		--build-times $(CHECK_TIMES)
+
+# Bochs boots take minutes each (docs/devel/testing/hpkvm-nested-host.rst):
+# make check has one VMX case, these are the others.
+check-vmx: $(BUILD)/build.ninja configure
+	ninja -C $(BUILD) $(RUN_TARGETS) tests/hpkvm/nested-host/qmp-exec \
+		tests/hpkvm/nested-host/tap-open \
+		tests/hpkvm/kernel/hpkvm-contract-test
+	kvm/build-selftests.sh
+	HPKVM_BUILD=$(abspath $(BUILD)) /usr/bin/python3 \
+		tests/hpkvm/nested-host/test_bochs_host.py --all
+	HPKVM_BUILD=$(abspath $(BUILD)) /usr/bin/python3 \
+		tests/hpkvm/nested-host/test_kvm_selftests.py vmx
 
 # The micro-benchmarks: kvm, hpkvm and tcg side by side, here and in the
 # nested test hosts (x86 and arm64); a table per host,
