@@ -7,8 +7,9 @@
  * granted to (HPKVM_GRANT_CORE, which itself needs CAP_SYS_NICE).  A
  * QEMU running as an ordinary user gets its cores from this helper, so
  * the helper grants them with the lease, and takes them back when that
- * QEMU dies.  A kernel without grants (ENOTTY: Debian's, older ones)
- * binds without them.
+ * QEMU dies.  A KVM without hpkvm (Debian's: KVM_CAP_HPKVM is 0, and an
+ * unknown /dev/kvm ioctl is EINVAL there) binds nothing, and one of
+ * ours from before grants (ENOTTY) binds without them.
  *
  * /dev/kvm is opened for each change only: an open /dev/kvm holds the
  * vendor module (kvm_amd, kvm_intel), which the host must stay free to
@@ -26,6 +27,7 @@
 #include "qemu/error-report.h"
 #include "qapi/error.h"
 #include "linux/hpkvm.h"
+#include "linux/kvm.h"
 #include "hpkvm-helper-grant.h"
 
 static int grants_ioctl(int kvm_fd, unsigned cpu, pid_t pid)
@@ -63,6 +65,10 @@ bool hpkvm_helper_grants_give(HpkvmHelperGrants *g, const HpkvmCpuSet *cores,
         error_setg_errno(errp, errno, "cannot open /dev/kvm to grant pid "
                          "%d its host cores", pid);
         return false;
+    }
+    if (ioctl(kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_HPKVM) <= 0) {
+        close(kvm_fd);
+        return true;            /* no hpkvm: no bind at all */
     }
     /*
      * The kernel takes the number: the process must outlive the grant,
