@@ -8,7 +8,7 @@
 #               and in the x86 and arm64 nested test hosts)
 #   make check-vmx  what does not fit make check on the Bochs nested host
 #               (VMX): Linux's KVM selftests on Debian's kvm-intel and on
-#               ours, and the Bochs SVM case (about an hour)
+#               ours, and the Bochs SVM case (about 1.5 hours)
 #   make install  install QEMU, its firmware and tools, hpkvm's tools and
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs

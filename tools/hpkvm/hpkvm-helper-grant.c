@@ -40,13 +40,13 @@ static int grants_ioctl(int kvm_fd, unsigned cpu, pid_t pid)
 /* The host's KVM, or -1 where there is none to grant anything. */
 static int grants_open_kvm(HpkvmHelperGrants *g)
 {
-    return g->real_host ? open("/dev/kvm", O_RDWR | O_CLOEXEC) : -1;
+    return g->host->real ? open("/dev/kvm", O_RDWR | O_CLOEXEC) : -1;
 }
 
-void hpkvm_helper_grants_init(HpkvmHelperGrants *g, bool real_host)
+void hpkvm_helper_grants_init(HpkvmHelperGrants *g, const HpkvmHost *host)
 {
     memset(g, 0, sizeof(*g));
-    g->real_host = real_host;
+    g->host = host;
 }
 
 bool hpkvm_helper_grants_give(HpkvmHelperGrants *g, const HpkvmCpuSet *cores,
@@ -59,7 +59,7 @@ bool hpkvm_helper_grants_give(HpkvmHelperGrants *g, const HpkvmCpuSet *cores,
     int r = 0;
 
     if (kvm_fd < 0) {
-        if (!g->real_host || errno == ENOENT) {
+        if (!g->host->real || errno == ENOENT) {
             return true;        /* no KVM: no bind to grant */
         }
         error_setg_errno(errp, errno, "cannot open /dev/kvm to grant pid "

@@ -10,13 +10,14 @@
 #define HPKVM_HELPER_GRANT_H
 
 #include "accel/hpkvm/hpkvm-cpuset.h"
+#include "accel/hpkvm/hpkvm-host.h"
 
 typedef struct HpkvmHelperGrants {
-    bool real_host;             /* false: a fake host tree, nothing granted */
+    const HpkvmHost *host;      /* a fake host tree: nothing granted */
     pid_t grantee[HPKVM_MAX_HOST_CPUS];     /* 0: not granted by us */
 } HpkvmHelperGrants;
 
-void hpkvm_helper_grants_init(HpkvmHelperGrants *g, bool real_host);
+void hpkvm_helper_grants_init(HpkvmHelperGrants *g, const HpkvmHost *host);
 
 /*
  * Grant @cores to the process @pid, which the helper leased them to:

@@ -840,7 +840,7 @@ int main(int argc, char **argv)
     }
 
     hpkvm_host_init(&h.host, root);
-    hpkvm_helper_grants_init(&h.grants, h.host.real);
+    hpkvm_helper_grants_init(&h.grants, &h.host);
     if (!policy) {
         policy = hpkvm_host_path(&h.host, HPKVM_HELPER_POLICY);
     }

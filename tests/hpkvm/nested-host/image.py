@@ -75,8 +75,8 @@ def default_cache_dir():
     return os.path.join(base, "nested-host")
 
 
-# How deep this thread is in _exclusive() calls: flock() locks an open
-# file description, so a nested call in the holder would wait on itself.
+# Whether this thread holds the image lock (_image_lock.depth 1): flock()
+# locks an open file description, so a nested call would wait on itself.
 _image_lock = threading.local()
 
 
