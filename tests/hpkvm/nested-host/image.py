@@ -336,6 +336,66 @@ def build_base(cache, kver, arch="x86_64"):
     return vmlinuz, out
 
 
+# The Linux guest's workloads: Debian's rt-tests, and libnuma, which
+# cyclictest links (from its package, not the host, which need not have
+# it installed).
+LINUX_GUEST_PACKAGES = ("rt-tests", "libnuma1")
+LINUX_GUEST_TOOLS = ("cyclictest", "hackbench")
+
+
+@_exclusive
+def build_linux_guest(cache, kver):
+    """The Linux guest, a cpio piece: Debian's kernel @kver (the nested
+    host's own) and an initramfs of busybox, tests/hpkvm/guest-linux's
+    /init and rt-tests' tools with the libraries they load, at
+    hpkvm/guests/linux/{vmlinuz,initrd}; cached by its inputs."""
+    debs = os.path.join(cache, "debs")
+    vmlinuz = os.path.join(
+        _unpack(_download(f"linux-image-{kver}", debs),
+                os.path.join(cache, f"linux-image-{kver}")),
+        "boot", f"vmlinuz-{kver}")
+    busybox = os.path.join(
+        _unpack(_download("busybox-static", debs),
+                os.path.join(cache, "busybox-static-x86_64")),
+        "bin", "busybox")
+    pkgs = [_download(p, debs) for p in LINUX_GUEST_PACKAGES]
+    with open(os.path.join(REPO, "tests/hpkvm/guest-linux/init.sh"),
+              "rb") as f:
+        init = f.read()
+    tag = _sha(kver, init, *[os.path.basename(p) for p in pkgs])
+    out = os.path.join(cache, f"linux-guest-{kver}-{tag}.cpio")
+    if os.path.exists(out):
+        return out
+    log("packing the Linux guest")
+    trees = [_unpack(p, os.path.join(cache, os.path.basename(p)[:-4]))
+             for p in pkgs]
+    tools = [os.path.join(trees[0], "usr/bin", t) for t in LINUX_GUEST_TOOLS]
+    numa = glob.glob(os.path.join(trees[1], "usr/lib/*/libnuma.so.1"))[0]
+    w = NewcWriter()
+    for d in ("proc", "sys", "dev", "tmp", "bin", "lib64",
+              "lib/x86_64-linux-gnu"):
+        w.add_dir(d)
+    w.add_file("bin/busybox", busybox, 0o755)
+    w.add_bytes("init", init, 0o755)
+    libs = {}
+    for tool in tools:
+        w.add_file(f"bin/{os.path.basename(tool)}", tool, 0o755)
+        # The host's glibc is Debian 12's, which rt-tests is built for.
+        for lib in _ldd(tool):
+            libs[lib] = os.path.realpath(lib)
+    libs["/lib/x86_64-linux-gnu/libnuma.so.1"] = os.path.realpath(numa)
+    for path, host in sorted(libs.items()):
+        w.add_file(path.lstrip("/"), host, 0o755)
+    initrd = out + ".initrd"
+    w.write(initrd)
+    piece = NewcWriter()
+    piece.add_file("hpkvm/guests/linux/vmlinuz", vmlinuz)
+    piece.add_file("hpkvm/guests/linux/initrd", initrd)
+    piece.write(out)
+    os.unlink(initrd)
+    return out
+
+
 def _ldd(binary):
     r = subprocess.run(["ldd", binary], capture_output=True, text=True,
                        check=True)

@@ -159,6 +159,12 @@ for HPKVM_GUEST in /hpkvm/guests/hpkvm-guest.elf \
     [ -e $HPKVM_GUEST ] && break
 done
 export HPKVM_GUEST
+# The Linux guest, where the run asked for it (nested_host.run's
+# linux_guest).
+if [ -e /hpkvm/guests/linux/vmlinuz ]; then
+    export HPKVM_LINUX_KERNEL=/hpkvm/guests/linux/vmlinuz
+    export HPKVM_LINUX_INITRD=/hpkvm/guests/linux/initrd
+fi
 cd /tmp
 sh /payload/run.sh > "$out" 2>&1 < /dev/null
 status=$?

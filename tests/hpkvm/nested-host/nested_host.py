@@ -154,7 +154,7 @@ def build_dir():
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
-        gic=3, kernel="debian", kvm_amd=""):
+        gic=3, kernel="debian", kvm_amd="", linux_guest=False):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -193,6 +193,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     ships them (image.build_libvirt); the payload starts them;
     installed: our build as "make install" installs it, at its prefix
     (/usr/local: /usr/local/bin/qemu-system-x86_64, its firmware);
+    linux_guest: the Linux guest inside (x86; image.build_linux_guest),
+    its kernel and initramfs at $HPKVM_LINUX_KERNEL and
+    $HPKVM_LINUX_INITRD;
     append: more parameters for the nested host's kernel command line,
     e.g. ("nohz_full=2-3",): what Linux fixes at boot;
     timeout: seconds for the whole run; NestedHostError past it.
@@ -215,9 +218,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         raise ValueError("the arm64 nested host has our KVM only in our "
                          "kernel: kvm='hpkvm' with kernel='hpkvm', or "
                          "kvm='stock' with kernel='debian'")
-    if arch == "aarch64" and (libvirt or installed):
-        raise ValueError("the arm64 nested host has no libvirt or "
-                         "installed tree yet")
+    if arch == "aarch64" and (libvirt or installed or linux_guest):
+        raise ValueError("the arm64 nested host has no libvirt, "
+                         "installed tree or Linux guest yet")
     build = build or build_dir()
     cache = cache or image.default_cache_dir()
     kver = image.choose_kernel()
@@ -229,6 +232,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         pieces.append(image.build_kvm(build, kver))
     if libvirt:
         pieces.append(image.build_libvirt(cache))
+    if linux_guest:
+        pieces.append(image.build_linux_guest(cache, kver))
     hpkvm = image.build_hpkvm(build, os.path.join(
         build, "..", "nested-host",
         "hpkvm.cpio" if arch == "x86_64" else "hpkvm-arm64.cpio"), arch)
