@@ -154,7 +154,8 @@ def build_dir():
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
-        gic=3, kernel="debian", kvm_amd="", linux_guest=False):
+        gic=3, kernel="debian", kvm_amd="", linux_guest=False,
+        mttcg=False):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -196,6 +197,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     linux_guest: the Linux guest inside (x86; image.build_linux_guest),
     its kernel and initramfs at $HPKVM_LINUX_KERNEL and
     $HPKVM_LINUX_INITRD;
+    mttcg: the nested host on multi-threaded TCG, a thread per vCPU
+    (also if $HPKVM_NESTED_MTTCG is set), where its vCPUs and so the L2
+    guests' run concurrently; one thread for all of them by default;
     append: more parameters for the nested host's kernel command line,
     e.g. ("nohz_full=2-3",): what Linux fixes at boot;
     timeout: seconds for the whole run; NestedHostError past it.
@@ -312,7 +316,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         # seen here once in 42 boots, while the kernel set up PCI).  With
         # one thread, the TLB flush queued by the change runs before any
         # other vCPU runs again.
-        cmd = [qemu, "-accel", "tcg,thread=single", "-cpu", cpu,
+        tcg = "tcg,thread=multi" if mttcg or os.environ.get(
+            "HPKVM_NESTED_MTTCG") else "tcg,thread=single"
+        cmd = [qemu, "-accel", tcg, "-cpu", cpu,
                "-machine", machine,
                "-m", mem, "-smp", str(cpus), "-nodefaults",
                "-display", "none", "-no-reboot",
