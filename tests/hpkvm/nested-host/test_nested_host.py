@@ -58,6 +58,7 @@ that does not exit is killed and, unless its guest printed nothing,
 fails the test at once.
 """
 
+import argparse
 import json
 import os
 import random
@@ -3129,9 +3130,27 @@ sed 's/^/helper-log: /' $HELPER_LOG
 
 
 def main():
-    print(f"1..{len(tests)}")
+    """All tests once, as make check runs them; or, for a soak, the tests
+    whose names contain one of NAMES (as TAP prints them), each --repeat
+    times, with multi-threaded TCG in the nested host if --mttcg."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("names", nargs="*", metavar="NAME")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--mttcg", action="store_true",
+                    help="the nested host on multi-threaded TCG "
+                         "(nested_host.run's mttcg)")
+    args = ap.parse_args()
+    if args.mttcg:
+        os.environ["HPKVM_NESTED_MTTCG"] = "1"
+    chosen = [fn for fn in tests
+              if not args.names or
+              any(n in fn.__name__.replace("_", "-") for n in args.names)]
+    if not chosen:
+        ap.error(f"no test's name contains {' or '.join(args.names)}")
+    runs = [fn for fn in chosen for _ in range(args.repeat)]
+    print(f"1..{len(runs)}")
     failed = 0
-    for i, fn in enumerate(tests, 1):
+    for i, fn in enumerate(runs, 1):
         name = fn.__name__.replace("_", "-")
         start = time.monotonic()
         try:
