@@ -228,22 +228,34 @@ for _boot in ("avic", "own"):
 # The Linux guest (tests/hpkvm/guest-linux): Debian's kernel with 3
 # vCPUs on the x86 nested host, the same boots and columns as the test
 # guest's, its workloads Debian's rt-tests and busybox (null, idle,
-# timer, sched, cpu-md5), each framed the same way from vCPU 0.  Its
-# frames are not exact: the guest's own timer ticks, and marking a frame
-# (two short processes) costs IPIs and exits of its own, which the null
-# frame shows, and which no frame subtracts beyond the one boundary
-# exit.  No VF (the guest has no driver for it), so no VF set-up.
+# timer, sched, cpu-md5), each framed the same way from vCPU 0, and ping
+# round trips through a NIC per hpnet backend (LINUX_NICS: net-rr-NAME).
+# Its frames are not exact: the guest's own timer ticks, and marking a
+# frame (two short processes) costs IPIs and exits of its own, which the
+# null frame shows, and which no frame subtracts beyond the one boundary
+# exit.  No VF (the guest has no driver for it).
+LINUX_NICS = ("virtio-net", "vhost-net")
+# Each NIC's tap (hptapN, from 1) up, its host side 10.0.N.2/24.
+LINUX_NIC_SETUP = r"""
+printf '#!/bin/sh\nip link set "$1" up\nip addr add 10.0.${1#hptap}.2/24 dev "$1"\n' \
+    > /tmp/hpkvm-ifup
+chmod +x /tmp/hpkvm-ifup
+"""
 LINUX_X86 = dict(
     X86,
     guest='-machine pc -smp %(smp)d -m 512 -no-reboot '
           '-kernel "$HPKVM_LINUX_KERNEL" -initrd "$HPKVM_LINUX_INITRD" '
           '-append "console=ttyS0 quiet panic=-1 hpkvm.bench=%(samples)d '
-          'hpkvm.cpus=%(smp)d"',
+          'hpkvm.cpus=%(smp)d hpkvm.nics=' + ",".join(LINUX_NICS) + '" ' +
+          " ".join(f"-netdev hpnet,id=n{i},backend={b},ifname=hptap{i},"
+                   f"script=/tmp/hpkvm-ifup -device virtio-net-pci,"
+                   f"netdev=n{i},mac=52:54:00:00:0{i}:01,romfile="
+                   for i, b in enumerate(LINUX_NICS, 1)),
     passed=0, pass_line="hpkvm-linux-guest: PASS", exact_null=False,
-    frames=4,
+    frames=4 + len(LINUX_NICS),
     nested={"kvm": "hpkvm", "append": ("nohz_full=1-3",),
             "linux_guest": True},
-    setup="", host="nested-linux")
+    setup=LINUX_NIC_SETUP, host="nested-linux")
 CPU = {"kvm": "host,-arch-capabilities", "hpkvm": "host,-arch-capabilities",
        "tcg": "max"}
 HOSTS = {

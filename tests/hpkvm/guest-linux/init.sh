@@ -9,6 +9,9 @@
 #
 # Kernel parameters (read here, ignored by the kernel):
 #   hpkvm.cpus=N   the vCPUs the guest must bring up (all of them)
+#   hpkvm.nics=B1,B2,...  the VM's NICs, each named by the hpnet backend
+#                  behind it: NIC i (from 1) has the MAC 52:54:00:00:0i:01,
+#                  the guest 10.0.i.1/24, the host's side 10.0.i.2
 #   hpkvm.bench=N  the workloads' size; each workload is framed by two
 #                  writes to pvpanic's port (QEMU run with -device pvpanic
 #                  -action panic=pause, as scripts/hpkvm/bench.py runs the
@@ -139,6 +142,47 @@ t1=$(now_ns)
 frame
 per=$(((t1 - t0) / blocks))
 result cpu-md5 $blocks $per $per $per
+
+# Net: through each NIC, ping round trips one at a time (-A: the next
+# request as soon as the reply is in) to the host's side: a packet out
+# and one in per operation, through hpnet's backend for that NIC.
+# Latency is ping's, in its 1 us resolution: min, avg (as the median)
+# and max (as the p99).
+nics=$(param nics "")
+if [ -n "$nics" ]; then
+    for m in $(cat /etc/modules-net); do
+        insmod "$m" || fail "insmod $m"
+    done
+    sleep 1
+fi
+i=0
+for backend in $(echo "$nics" | tr ',' ' '); do
+    i=$((i + 1))
+    mac="52:54:00:00:0$i:01"
+    ifc=""
+    for d in /sys/class/net/*; do
+        [ "$(cat "$d/address")" = "$mac" ] && ifc=${d##*/}
+    done
+    if [ -z "$ifc" ]; then
+        fail "no NIC $mac ($backend)"
+        continue
+    fi
+    ip link set "$ifc" up
+    ip addr add "10.0.$i.1/24" dev "$ifc"
+    # The first reply also resolves the host's address (ARP).
+    ping -c 1 -W 20 "10.0.$i.2" > /dev/null 2>&1 ||
+        fail "$backend: no reply from 10.0.$i.2"
+    frame
+    ping -A -q -c "$samples" -W 10 "10.0.$i.2" > /tmp/ping 2>&1
+    frame
+    set -- $(awk '/packets transmitted/ { tx = $1; rx = $4 }
+                  /round-trip/ { split($4, t, "/") }
+                  END { printf "%d %d %.0f %.0f %.0f\n", tx, rx,
+                        t[1] * 1e6, t[2] * 1e6, t[3] * 1e6 }' /tmp/ping)
+    result "net-rr-$backend" "$2" "$3" "$4" "$5"
+    [ "$1" = "$samples" ] && [ "$2" = "$samples" ] ||
+        fail "$backend: $2 of $samples replies: $(tr '\n' ' ' < /tmp/ping)"
+done
 
 # What Linux itself says went wrong with its (virtual) hardware.
 err=$(awk '$1 == "ERR:" { print $2 }' /proc/interrupts)

@@ -341,6 +341,9 @@ def build_base(cache, kver, arch="x86_64"):
 # it installed).
 LINUX_GUEST_PACKAGES = ("rt-tests", "libnuma1")
 LINUX_GUEST_TOOLS = ("cyclictest", "hackbench")
+# Its network driver, for the NICs make bench gives it (hpnet's
+# backends), loaded by its /init in this order.
+LINUX_GUEST_MODULES = ["virtio_pci", "virtio_net"]
 
 
 @_exclusive
@@ -348,12 +351,13 @@ def build_linux_guest(cache, kver):
     """The Linux guest, a cpio piece: Debian's kernel @kver (the nested
     host's own) and an initramfs of busybox, tests/hpkvm/guest-linux's
     /init and rt-tests' tools with the libraries they load, at
-    hpkvm/guests/linux/{vmlinuz,initrd}; cached by its inputs."""
+    hpkvm/guests/linux/{vmlinuz,initrd}, with virtio-net's modules;
+    cached by its inputs."""
     debs = os.path.join(cache, "debs")
-    vmlinuz = os.path.join(
-        _unpack(_download(f"linux-image-{kver}", debs),
-                os.path.join(cache, f"linux-image-{kver}")),
-        "boot", f"vmlinuz-{kver}")
+    kpkg = _unpack(_download(f"linux-image-{kver}", debs),
+                   os.path.join(cache, f"linux-image-{kver}"))
+    vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
+    moddir = os.path.join(kpkg, "lib", "modules", kver)
     busybox = os.path.join(
         _unpack(_download("busybox-static", debs),
                 os.path.join(cache, "busybox-static-x86_64")),
@@ -362,7 +366,8 @@ def build_linux_guest(cache, kver):
     with open(os.path.join(REPO, "tests/hpkvm/guest-linux/init.sh"),
               "rb") as f:
         init = f.read()
-    tag = _sha(kver, init, *[os.path.basename(p) for p in pkgs])
+    tag = _sha(kver, init, " ".join(LINUX_GUEST_MODULES),
+               *[os.path.basename(p) for p in pkgs])
     out = os.path.join(cache, f"linux-guest-{kver}-{tag}.cpio")
     if os.path.exists(out):
         return out
@@ -386,6 +391,11 @@ def build_linux_guest(cache, kver):
     libs["/lib/x86_64-linux-gnu/libnuma.so.1"] = os.path.realpath(numa)
     for path, host in sorted(libs.items()):
         w.add_file(path.lstrip("/"), host, 0o755)
+    modules = _module_closure(moddir, LINUX_GUEST_MODULES)
+    for rel in modules:
+        w.add_file(f"lib/modules/{rel}", os.path.join(moddir, rel))
+    w.add_bytes("etc/modules-net", "".join(f"/lib/modules/{rel}\n"
+                                           for rel in modules).encode())
     initrd = out + ".initrd"
     w.write(initrd)
     piece = NewcWriter()

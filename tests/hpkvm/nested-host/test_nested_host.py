@@ -1356,17 +1356,24 @@ def a_linux_smp_guest_owns_its_cores_apics_and_passes_its_workloads():
     -accel kvm and under hpkvm with irq- and timer-passthrough, as make
     bench's nested-linux host runs it.  Under each, Linux brings up every
     vCPU, takes its own timer interrupts on each, runs cyclictest (one
-    thread per vCPU, each to its last wake-up) and hackbench, counts no APIC
-    error and logs no warning, stall or lost timer: else run_nested
-    raises.  Under hpkvm, our kernel grants both features as the core's
+    thread per vCPU, each to its last wake-up) and hackbench, gets a reply
+    to every ping through each NIC (one per hpnet backend: virtio-net,
+    vhost-net), counts no APIC error and logs no warning, stall or lost
+    timer: else run_nested raises.  Under hpkvm, our kernel grants both features as the core's
     APIC, every vCPU owned its core's APIC while cyclictest ran, and the
     vCPUs that only ran cyclictest's threads took at most a quarter of
     -accel kvm's exits per wake-up."""
     runs = linux_guest_runs("own")
+    import bench  # on the path linux_guest_runs() set
     own_placement(runs["hpkvm"]["hpkvm"])
     timer = {a: r["workloads"]["timer"] for a, r in runs.items()}
     for accel, w in timer.items():
         assert w["n"] >= 0.9 * 3 * LINUX_SAMPLES, (accel, w)
+    # Every ping through every NIC answered (the guest checks it too).
+    for accel, r in runs.items():
+        for backend in bench.LINUX_NICS:
+            w = r["workloads"][f"net-rr-{backend}"]
+            assert w["n"] == LINUX_SAMPLES, (accel, backend, w)
     owned = [e["hpkvm_owned_entries"]
              for e in timer["hpkvm"]["entries_by_vcpu"]]
     assert min(owned) > 0, timer["hpkvm"]["entries_by_vcpu"]
