@@ -21,10 +21,16 @@
 #include <getopt.h>
 #include <sys/syscall.h>
 #include <glib-unix.h>
+#include "qemu/config-file.h"
 #include "qemu/cutils.h"
 #include "qemu/error-report.h"
+#include "qemu/help-texts.h"
+#include "qemu/log.h"
+#include "qemu/module.h"
 #include "qemu/sockets.h"
 #include "qemu/systemd.h"
+#include "trace/control.h"
+#include "qemu-version.h"
 #include "qapi/error.h"
 #include "qapi/qapi-visit-hpkvm.h"
 #include "qapi/qobject-output-visitor.h"
@@ -786,6 +792,12 @@ static void helper_usage(const char *name)
            "                         cgroups and /run\n"
            "      --x-state-dir=DIR  for tests: leases and journal under a "
            "fake root\n"
+           "  -f, --pidfile=PATH     write the helper's pid to PATH, "
+           "removed at its exit\n"
+           "  -T, --trace [[enable=]<pattern>][,events=<file>]"
+           "[,file=<file>]\n"
+           "                         specify tracing options\n"
+           "  -V, --version          output version information and exit\n"
            "  -h, --help             this help\n",
            name, HPKVM_HELPER_SOCKET, HPKVM_HELPER_POLICY);
 }
@@ -797,18 +809,25 @@ int main(int argc, char **argv)
         { "policy", required_argument, NULL, 'p' },
         { "x-host-root", required_argument, NULL, 'R' },
         { "x-state-dir", required_argument, NULL, 'S' },
+        { "pidfile", required_argument, NULL, 'f' },
+        { "trace", required_argument, NULL, 'T' },
+        { "version", no_argument, NULL, 'V' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     g_autofree char *socket_path = NULL;
     g_autofree char *policy = NULL;
     g_autofree char *root = g_strdup("/");
+    g_autofree char *pidfile = NULL;
     Helper h = { .state_dir = g_strdup(HPKVM_STATE_DIR) };
     Error *err = NULL;
     int c, listen_fd;
 
     error_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "k:p:h", opts, NULL)) != -1) {
+    /* -T as QEMU's other helpers have it: the host code's trace events. */
+    module_call_init(MODULE_INIT_TRACE);
+    qemu_add_opts(&qemu_trace_opts);
+    while ((c = getopt_long(argc, argv, "k:p:f:T:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 'k':
             g_free(socket_path);
@@ -826,6 +845,17 @@ int main(int argc, char **argv)
             g_free(h.state_dir);
             h.state_dir = g_strdup(optarg);
             break;
+        case 'f':
+            g_free(pidfile);
+            pidfile = g_strdup(optarg);
+            break;
+        case 'T':
+            trace_opt_parse(optarg);
+            break;
+        case 'V':
+            printf("%s " QEMU_FULL_VERSION "\n" QEMU_COPYRIGHT "\n",
+                   argv[0]);
+            return 0;
         case 'h':
             helper_usage(argv[0]);
             return 0;
@@ -838,6 +868,11 @@ int main(int argc, char **argv)
         error_report("unexpected argument '%s' (see --help)", argv[optind]);
         return 2;
     }
+    if (!trace_init_backends()) {
+        return 1;
+    }
+    trace_init_file();
+    qemu_set_log(LOG_TRACE, &error_fatal);
 
     hpkvm_host_init(&h.host, root);
     hpkvm_helper_grants_init(&h.grants, &h.host);
@@ -882,6 +917,11 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    /* Once it serves: a supervisor reading the pid may send it requests. */
+    if (pidfile && !qemu_write_pidfile(pidfile, &err)) {
+        error_report_err(err);
+        return 1;
+    }
     qemu_socket_set_nonblock(listen_fd);
     g_unix_fd_add(listen_fd, G_IO_IN, helper_accept, &h);
     g_unix_signal_add(SIGTERM, helper_quit, &h);
@@ -897,5 +937,8 @@ int main(int argc, char **argv)
     g_main_loop_unref(h.loop);
     hpkvm_host_cleanup(&h.host);
     g_free(h.state_dir);
+    if (pidfile) {
+        unlink(pidfile);
+    }
     return 0;
 }

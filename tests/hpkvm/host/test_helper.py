@@ -17,7 +17,8 @@ is the only owner of host changes, and QEMU asks it.
   line that is no rule, stops the helper; bad requests get an error and
   the helper serves on;
 - connections that send nothing, held and reopened by another user,
-  hold up no VM's request.
+  hold up no VM's request;
+- -V, -f (pidfile) and -T (tracing) work as in QEMU's other helpers.
 
 Clients other than QEMU speak the helper's protocol from Python (as
 QEMU does, see hpkvm-helper-proto.h), to hold leases without KVM.
@@ -428,6 +429,36 @@ def a_bad_policy_stops_the_helper_and_bad_requests_are_refused():
         assert "maybe" in bad_mode["error"]["desc"], bad_mode
         assert b'"error"' in garbage, garbage
         assert alive == [], (alive, log)
+
+
+@tests.case
+def the_helper_has_the_options_of_qemus_helpers():
+    """-V prints QEMU's version; -f writes the helper's pid once it serves
+    and removes it at its exit; -T turns on the host code's trace
+    events, which only the tools fire (the isolation's writes here)."""
+    version = subprocess.run([hostlib.HELPER, "-V"], capture_output=True,
+                             text=True, timeout=30)
+    assert version.returncode == 0, version
+    assert "Copyright" in version.stdout and "QEMU" in version.stdout, \
+        version.stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        root, before = fake_host(tmp)
+        pidfile = os.path.join(tmp, "helper.pid")
+        helper = Helper(root, extra=("-f", pidfile,
+                                     "-T", "hpkvm_isolate_write"))
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read())
+            client = start_client(helper)
+            client.kill()
+            client.wait()
+            diff = wait_restored(root, before)
+        finally:
+            log = helper.stop()
+        assert pid == helper.proc.pid, (pid, helper.proc.pid)
+        assert not os.path.exists(pidfile), log
+        assert "hpkvm_isolate_write " in log, log
+        assert diff == [], (diff, log)
 
 
 if __name__ == "__main__":
