@@ -619,12 +619,11 @@ def run_nested(build, accels, samples, idle, reps, arch=X86, run=None):
     @run: what boots the host, nested_host.run's signature (a test's
     own, which boots a failed host again), instead of the runner's."""
     from nested_host import L2_SHELL
-    if run:
-        pass
-    elif arch.get("runner") == "bochs":
-        from bochs_host import run
-    else:
-        from nested_host import run
+    if run is None:
+        if arch.get("runner") == "bochs":
+            from bochs_host import run
+        else:
+            from nested_host import run
     guest = arch["guest"] % {"smp": arch["smp"], "samples": samples,
                              "idle": idle}
     trace = arch.get("trace", False)

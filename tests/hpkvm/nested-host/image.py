@@ -354,14 +354,11 @@ def build_linux_guest(cache, kver):
     hpkvm/guests/linux/{vmlinuz,initrd}, with virtio-net's modules;
     cached by its inputs."""
     debs = os.path.join(cache, "debs")
-    kpkg = _unpack(_download(f"linux-image-{kver}", debs),
-                   os.path.join(cache, f"linux-image-{kver}"))
-    vmlinuz = os.path.join(kpkg, "boot", f"vmlinuz-{kver}")
+    # The nested host's own kernel package and busybox (build_base's).
+    vmlinuz, _ = build_base(cache, kver)
+    kpkg = os.path.join(cache, f"linux-image-{kver}")
     moddir = os.path.join(kpkg, "lib", "modules", kver)
-    busybox = os.path.join(
-        _unpack(_download("busybox-static", debs),
-                os.path.join(cache, "busybox-static-x86_64")),
-        "bin", "busybox")
+    busybox = os.path.join(cache, "busybox-static-x86_64", "bin", "busybox")
     pkgs = [_download(p, debs) for p in LINUX_GUEST_PACKAGES]
     with open(os.path.join(REPO, "tests/hpkvm/guest-linux/init.sh"),
               "rb") as f:
