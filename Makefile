@@ -67,6 +67,7 @@ CHECK_TARGETS := $(RUN_TARGETS) \
 	tests/hpkvm/nested-host/qmp-exec \
 	tests/hpkvm/nested-host/tap-open \
 	tests/hpkvm/kernel/hpkvm-contract-test \
+	tests/hpkvm/kernel/hpkvm-bind-loop \
 	tests/hpkvm/net/hpkvm-vhost-user-bridge \
 	qemu-system-aarch64 \
 	tests/hpkvm/guest-arm/hpkvm-guest-arm.elf \

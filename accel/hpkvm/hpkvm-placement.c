@@ -379,6 +379,46 @@ static bool placement_bind_deferred(HPKVMState *s, Error **errp)
 
 static bool placement_lease_as_pinned(HPKVMState *s, Error **errp);
 
+/*
+ * The kernel binds a vCPU to its core but does not hold the thread there:
+ * root, the thread's owner or a cpuset change may move it, and the kernel
+ * then stops the vCPU rather than run the guest on a core it was not
+ * given (KVM_RUN fails with EPERM: "kvm run failed", and the VM stops
+ * with internal-error, which KVM's accelerator ends only with a reset).
+ * Say which vCPU moved, and how to run the VM again.
+ */
+static void placement_report_moved(HPKVMState *s)
+{
+    CPUState *cpu;
+
+    CPU_FOREACH(cpu) {
+        unsigned core = s->vcpu_core[cpu->cpu_index];
+        pid_t tid = s->vcpu_tid[cpu->cpu_index];
+        g_autofree char *list = NULL;
+        HpkvmCpuSet cpus, one;
+        Error *err = NULL;
+
+        if (!tid || s->vcpu_deferred[cpu->cpu_index] ||
+            !hpkvm_get_affinity(tid, &cpus)) {
+            continue;
+        }
+        hpkvm_cpuset_clear(&one);
+        set_bit(core, one.bits);
+        if (hpkvm_cpuset_equal(&cpus, &one)) {
+            continue;
+        }
+        list = hpkvm_cpuset_format(&cpus);
+        error_setg(&err, "vCPU %d stopped: its thread %d was moved to host "
+                   "cores %s, and the kernel runs it only on its core %u "
+                   "alone", cpu->cpu_index, tid, list, core);
+        error_append_hint(&err, "Pin the thread back to core %u alone "
+                          "(taskset -p -c %u %d, or libvirt's vcpupin), then "
+                          "reset the VM (system_reset) and run it (cont).\n",
+                          core, core, tid);
+        error_report_err(err);
+    }
+}
+
 static void placement_vm_state_change(void *opaque, bool running,
                                       RunState state)
 {
@@ -386,6 +426,10 @@ static void placement_vm_state_change(void *opaque, bool running,
     Error *err = NULL;
 
     if (!running) {
+        if (state == RUN_STATE_INTERNAL_ERROR &&
+            s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
+            placement_report_moved(s);
+        }
         return;
     }
     if (s->first_run_checked) {

@@ -65,8 +65,8 @@
  * exceeds this machine's cores (supported=, grant= and refuse= script
  * the machine), the host's list of cores VMs may have (kvm.hpkvm_cores:
  * EPERM at HPKVM_BIND_VCPU outside it), the pinning of the thread at
- * HPKVM_BIND_VCPU, its PF_NO_SETAFFINITY and the EPERM of a KVM_RUN
- * whose thread left its core (QEMU pins the thread itself first), the
+ * HPKVM_BIND_VCPU and the EPERM of a KVM_RUN whose thread was moved off
+ * its core (QEMU pins the thread itself first), the
  * irqchip (the reference kernel refuses irq-passthrough and ipi-fastpath
  * without it, EINVAL on x86; QEMU checks it itself first), and
  * dynamic-nohz's rules in kvm/patches/0005 (ENODEV without nohz_full=,

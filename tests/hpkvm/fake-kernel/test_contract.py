@@ -84,9 +84,10 @@ EXCLUDED = {
         "the double's grants are scripted (supported=, grant=), not "
         "counted from real cores",
     "/hpkvm-contract/bind/pins-thread":
-        "the kernel pins the thread and sets PF_NO_SETAFFINITY, so that "
-        "sched_setaffinity() fails; the double intercepts ioctl() only "
-        "(QEMU pins the thread itself first)",
+        "the kernel pins the thread, and refuses KVM_RUN (EPERM) once "
+        "the thread was moved off its core; the double intercepts "
+        "ioctl() only and does not read the thread's affinity (QEMU "
+        "pins the thread itself first)",
     "/hpkvm-contract/bind/host-cores":
         "the host's list of bindable cores is the reference kernel's "
         "kvm.hpkvm_cores parameter, in sysfs; the double has no module "

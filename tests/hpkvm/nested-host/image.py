@@ -542,6 +542,10 @@ def hpkvm_inputs(build):
     files.append(("hpkvm/bin/hpkvm-contract-test",
                   os.path.join(build, "tests/hpkvm/kernel",
                                "hpkvm-contract-test")))
+    # What binding costs the host past the first VM (static key flips).
+    files.append(("hpkvm/bin/hpkvm-bind-loop",
+                  os.path.join(build, "tests/hpkvm/kernel",
+                               "hpkvm-bind-loop")))
     # Same libraries as QEMU's (glib).
     files.append(("hpkvm/bin/qemu-hpkvm-recover",
                   os.path.join(build, "tools/hpkvm/qemu-hpkvm-recover")))

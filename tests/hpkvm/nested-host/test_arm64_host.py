@@ -534,10 +534,10 @@ def our_arm64_kernel_keeps_the_contract_and_grants_cores_and_nohz():
     on Debian's source, built whole, as arm64's KVM cannot be a module),
     booted with nohz_full=2-3: the contract's test passes, its
     dynamic-nohz cases run; -accel hpkvm has exclusive-cores and
-    dynamic-nohz granted by the kernel (contract 2), each vCPU thread
-    stays on its core when taskset tries to move it, and while the guest
-    waits in WFI the bound cores' timer all but stops; plain -accel kvm
-    guests pass on the same kernel."""
+    dynamic-nohz granted by the kernel (contract 2); while the guest
+    waits in WFI the bound cores' timer all but stops; root then moves
+    each vCPU thread off its core and the kernel runs neither again (the
+    VM stops); plain -accel kvm guests pass on the same kernel."""
     res = nested(TIMER_RATES + r"""
 echo "kernel: $(uname -r) $(cat /proc/sys/kernel/tainted)"
 hpkvm-contract-test --tap > /tmp/contract.log 2>&1
@@ -550,7 +550,10 @@ start_qemu -accel hpkvm,$leased,exclusive-cores=on,dynamic-nohz=on \
 echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
 run_to_result 600
 sed 's/^/held-serial: /' /tmp/serial.log | tr -d '\r'
-# The threads on a leased core (the vCPUs'), each asked to move to 0.
+sleep 1             # the guest's last exits, and the tick's stop
+for w in 1 2 3; do echo "timer-rates: $(timer_rates)"; done
+# The threads on a leased core (the vCPUs'), each moved to 0 by root;
+# the vCPUs, in WFI, see it when "stop" and "cont" run them again.
 for t in /proc/$qemu_pid/task/*; do
     case "$(grep Cpus_allowed_list $t/status | cut -f2)" in
     2|3) taskset -p -c 0 ${t##*/} > /dev/null 2>&1
@@ -558,8 +561,14 @@ for t in /proc/$qemu_pid/task/*; do
               "$(grep Cpus_allowed_list $t/status | cut -f2)" ;;
     esac
 done
-sleep 1             # the guest's last exits, and the tick's stop
-for w in 1 2 3; do echo "timer-rates: $(timer_rates)"; done
+qmp-exec /tmp/qmp.sock stop > /dev/null
+qmp-exec /tmp/qmp.sock cont > /dev/null
+i=0
+until qmp-exec /tmp/qmp.sock query-status | grep -q internal-error; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 100 ] && break
+done
+echo "moved-status: $(qmp-exec /tmp/qmp.sock query-status |
+    grep -o '"status": "[a-z-]*"')"
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait $qemu_pid
 echo "quit-status: $?"
@@ -591,12 +600,15 @@ finish_qemu
     assert any(line.startswith("hpkvm-arm-guest: PASS cpus=2 ")
                for line in lines_with(res.output, "held-serial: ")), \
         res.output
-    # The kernel refuses the move (PF_NO_SETAFFINITY): each vCPU thread
-    # is still on its core.
+    # Root moves each vCPU thread, and the kernel then runs neither
+    # vCPU: KVM_RUN fails (EPERM) and QEMU stops the VM.
     moved = [line.split() for line in lines_with(res.output, "taskset: ")]
     assert len(moved) == 2, res.output
     for tid, status, cpus in moved:
-        assert status != "0" and cpus == str(placement[int(tid)]), moved
+        assert int(tid) in placement and status == "0" and cpus == "0", \
+            moved
+    assert lines_with(res.output, "moved-status: ") == \
+        ['"status": "internal-error"'], res.output
     assert lines_with(res.output, "quit-status: ") == ["0"], res.output
     windows = [[float(r) for r in line.split()]
                for line in lines_with(res.output, "timer-rates: ")]

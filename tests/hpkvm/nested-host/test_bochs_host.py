@@ -78,7 +78,7 @@ guest_finish
 guest_qemu -accel %(accel)s -cpu host -smp 1 || exit 1
 hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
 echo "hpkvm: $hp"
-repin_vcpus "$hp"
+vcpu_threads "$hp"
 guest_finish
 """ % {"accel": ACCEL}, model="vmx")
     print("#", res.output.replace("\n", "\n# "))

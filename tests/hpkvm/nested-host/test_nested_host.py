@@ -10,10 +10,12 @@ The nested host runs our KVM (kvm/) unless a test says kvm="stock".
 - likewise -accel hpkvm against -accel kvm on Debian's KVM, hpkvm
   reporting the upstream fallbacks it used on that unpatched kernel;
 - our KVM grants exclusive-cores: each vCPU thread bound to its leased
-  core (taskset refused), the guest passes, and kvm.enable_hpkvm=N falls
-  back; a host task pinned to a bound core still runs there and the core
-  ticks, and a SIGKILLed VM's cores bind again at once; the contract's
-  test (tests/hpkvm/kernel) passes against it;
+  core, the guest passes, and kvm.enable_hpkvm=N falls back; a host task
+  pinned to a bound core still runs there and the core ticks, and a
+  SIGKILLed VM's cores bind again at once; the contract's test
+  (tests/hpkvm/kernel) passes against it; root moves a bound vCPU
+  thread and our kernel stops that vCPU (the VM stops, saying why) until
+  it is pinned back; 100 VMs bound after the first patch no kernel text;
 - booted with nohz_full=2-3, our KVM grants dynamic-nohz and the bound
   cores' local timers all but stop while the guest idles; booted
   without, dynamic-nohz is refused with the reason and they tick at HZ;
@@ -93,13 +95,12 @@ guest_qemu() {
     qemu_pid=$!
     wait_qmp_socket
 }
-# Try to move each vCPU thread that query-hpkvm's answer $1 places to
-# core 0: "repin: TID STATUS Cpus_allowed_list:CORES" per thread
+# Where each vCPU thread that query-hpkvm's answer $1 places may run:
+# "vcpu-thread: TID Cpus_allowed_list:CORES" per thread
 # (assert_vcpus_held() reads them).
-repin_vcpus() {
+vcpu_threads() {
     for tid in $(echo "$1" | grep -o '"thread-id": [0-9]*' | grep -o '[0-9]*$'); do
-        taskset -p 1 $tid > /dev/null 2>&1
-        echo "repin: $tid $? $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
+        echo "vcpu-thread: $tid $(grep Cpus_allowed_list /proc/$qemu_pid/task/$tid/status | tr -d '\t')"
     done
 }
 # Let the paused guest run; a refused "cont" is printed, and fails the test.
@@ -759,16 +760,15 @@ def feature(info, name):
 
 def assert_vcpus_held(res, hp, cores):
     """The vCPU threads of query-hpkvm's answer hp on the host cores
-    listed (sorted), each still allowed only its own after repin_vcpus
-    tried to move it, which failed (EINVAL): the kernel holds the thread
-    on its core."""
+    listed (sorted), each allowed only its own (vcpu_threads), as the
+    bind left it.  That the kernel stops a vCPU moved off its core is
+    root-moves-a-bound-vcpu-...'s to check."""
     vcpus = {p["thread-id"]: p["host-cpu"] for p in hp["placement"]}
     assert sorted(vcpus.values()) == cores, hp["placement"]
-    repins = lines_with(res.output, "repin: ")
-    assert len(repins) == len(cores), res.output
-    for line in repins:
-        tid, rc, allowed = line.split(" ", 2)
-        assert rc != "0", line
+    threads = lines_with(res.output, "vcpu-thread: ")
+    assert len(threads) == len(cores), res.output
+    for line in threads:
+        tid, allowed = line.split(" ", 1)
         assert allowed == f"Cpus_allowed_list:{vcpus[int(tid)]}", line
 
 
@@ -776,8 +776,7 @@ def assert_vcpus_held(res, hp, cores):
 def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     """kvm/'s KVM (loaded instead of Debian's, so the kernel is tainted
     with an out-of-tree module): exclusive-cores=on granted by the kernel
-    under contract 2, each vCPU thread bound to its leased core and no
-    longer movable; what that KVM does not implement is refused with the
+    under contract 2, each vCPU thread bound to its leased core; what that KVM does not implement is refused with the
     reason and falls back, as are dynamic-nohz on this nested host booted
     without nohz_full= and the interrupt features on its kvm-amd without
     AVIC (avic=0, the default); the guest passes.  With kvm.hpkvm_cores
@@ -790,7 +789,7 @@ echo "tainted: $(cat /proc/sys/kernel/tainted)"
 guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
 hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
 echo "hpkvm: $hp"
-repin_vcpus "$hp"
+vcpu_threads "$hp"
 guest_finish
 # The host keeps core 2 from hpkvm: QEMU does not ask (auto), or says why.
 bindable=$(cat /sys/module/kvm/parameters/hpkvm_cores)
@@ -1451,6 +1450,112 @@ echo 0-1 > $aff
         res.output
     assert lines_with(res.output, "after-status: ") == ["0"], res.output
     assert lines_with(res.output, "after-effective: ") == [core], res.output
+
+
+@test
+def root_moves_a_bound_vcpu_and_the_kernel_stops_it_until_pinned_back():
+    """Binding takes no thread from root: a bound vCPU thread moved off
+    its core (taskset, as root) moves, while its guest runs with
+    interrupts off and never exits to QEMU (wedge=), and our kernel stops
+    the vCPU at its next entry rather than run the guest on a core it was
+    not given: QEMU stops the VM (internal-error) and names the vCPU, its
+    thread and the fix.  Pinned back, reset and run, the guest runs on
+    its core again.  The same with the guest owning its core's APIC
+    (irq- and timer-passthrough), where the move reaches the core as a
+    doorbell.  Before 2026-12-07 the kernel refused the move
+    (PF_NO_SETAFFINITY): not even root could take the thread off."""
+    res = nested(PAYLOAD_LIB + PLACEMENT_LIB + MOVE_IRQS + r"""
+mount -t cgroup2 none /sys/fs/cgroup
+wedged() {
+    n=$1; i=0
+    until [ "$(grep -c 'interrupts off from now on' /tmp/serial.log)" -ge $n ]; do
+        sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
+    done
+}
+move_and_back() {
+    guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off$2 \
+        -cpu %(cpu)s -smp 1 -append wedge=1 2> /tmp/qemu.err || exit 1
+    hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
+    echo "$1-hpkvm: $hp"
+    tid=$(vcpu_tid 0)
+    core=$(echo "$hp" | grep -o '"host-cpu": [0-9]*' | head -n 1 | cut -d' ' -f2)
+    guest_cont
+    wedged 1
+    taskset -p -c 0 $tid > /dev/null 2>&1
+    echo "$1-moved: $? $(allowed $tid)"
+    i=0
+    until [ "$(status)" = '"status": "internal-error"' ] || [ $i -gt 100 ]; do
+        sleep 0.2; i=$((i + 1))
+    done
+    echo "$1-stopped: $(status)"
+    taskset -p -c $core $tid > /dev/null
+    qmp-exec /tmp/qmp.sock system_reset > /dev/null
+    guest_cont
+    wedged 2
+    echo "$1-back: $(status) $(allowed $tid)"
+    echo "$1-serial: $(grep -c 'hpkvm-guest: PASS cpus=1/1' /tmp/serial.log)"
+    qmp-exec /tmp/qmp.sock quit > /dev/null
+    wait_qemu
+    echo "$1-quit: $?"
+    sed "s/^/$1-err: /" /tmp/qemu.err
+}
+move_and_back bound ""
+move_and_back owned ,irq-passthrough=on,timer-passthrough=on
+""" % {"accel": PLACEMENT_ACCEL, "cpu": OWN_CPU}, cpus=4, **OWN_HOST)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    for label in ("bound", "owned"):
+        def one(what):
+            return lines_with(res.output, f"{label}-{what}: ")[0]
+
+        hp = json.loads(one("hpkvm"))["return"]
+        assert feature(hp, "exclusive-cores")["granted"], hp
+        if label == "owned":
+            own_placement(hp)
+        core = hp["placement"][0]["host-cpu"]
+        tid = hp["placement"][0]["thread-id"]
+        assert one("moved") == "0 Cpus_allowed_list:0", \
+            f"{label}: root could not move the vCPU thread:\n{res.output}"
+        assert one("stopped") == '"status": "internal-error"', \
+            f"{label}: the guest ran on after its thread moved:\n" + \
+            res.output
+        err = "\n".join(lines_with(res.output, f"{label}-err: "))
+        assert f"vCPU 0 stopped: its thread {tid} was moved to host " \
+            f"cores 0, and the kernel runs it only on its core {core} " \
+            "alone" in err, err
+        assert f"taskset -p -c {core} {tid}" in err, err
+        assert one("back") == \
+            f'"status": "running" Cpus_allowed_list:{core}', res.output
+        assert one("serial") == "2", res.output
+        assert one("quit") == "0", res.output
+
+
+@test
+def a_hundred_vms_bound_after_the_first_patch_no_kernel_text():
+    """Our kernel enables its static key (hpkvm_claims) at the first
+    claim of a core's APIC and never disables it: after a first VM, 100
+    VMs in turn, each granted its core's APIC and bound there, then
+    destroyed, make the kernel patch its text not once.  Each patch (a
+    static key flip: text_poke_bp()) would sync every CPU with IPIs, the
+    isolated ones too.  The first VM's bind does patch it, which shows
+    the count sees pokes.  Counted from the kernel's own record of each
+    poke (PERF_RECORD_TEXT_POKE) on every CPU, by
+    tests/hpkvm/kernel/hpkvm-bind-loop, which keeps one more VM with a
+    vCPU for the whole run, so that KVM's own per-vCPU keys stay put."""
+    res = nested(MOVE_IRQS + r"""
+hpkvm-bind-loop 3 100 owned
+echo "bind-loop-status: $?"
+""", cpus=4, **OWN_HOST)
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    assert lines_with(res.output, "bind-loop-status: ") == ["0"], res.output
+    m = re.fullmatch(r"first=(\d+) loop=(\d+) vms=100 granted=0x27",
+                     lines_with(res.output, "bind-loop: ")[0])
+    assert m, res.output
+    first, loop = int(m.group(1)), int(m.group(2))
+    print(f"# text pokes: {first} at the first VM, {loop} in 100 after")
+    assert first >= 1, "no text poke seen at the first claim: " + res.output
+    assert loop == 0, f"{loop} text pokes in 100 VMs after the first"
 
 
 @test
