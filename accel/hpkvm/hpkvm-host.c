@@ -433,6 +433,24 @@ GArray *hpkvm_host_tids(const HpkvmHost *h, pid_t pid)
     return tids;
 }
 
+bool hpkvm_host_holds_kvm_vcpu(const HpkvmHost *h, pid_t pid)
+{
+    g_autofree char *fds = g_strdup_printf("/proc/%d/fd", pid);
+    g_auto(GStrv) names = hpkvm_host_list(h, fds);
+    int i;
+
+    for (i = 0; names && names[i]; i++) {
+        g_autofree char *fd = g_strdup_printf("%s/%s", fds, names[i]);
+        g_autofree char *full = hpkvm_host_path(h, fd);
+        g_autofree char *target = g_file_read_link(full, NULL);
+
+        if (target && g_str_has_prefix(target, "anon_inode:kvm-vcpu")) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool hpkvm_host_task(const HpkvmHost *h, pid_t pid, pid_t tid,
                      HpkvmTask *task)
 {

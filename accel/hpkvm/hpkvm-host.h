@@ -107,5 +107,7 @@ GArray *hpkvm_host_tids(const HpkvmHost *h, pid_t pid);
 /* Fills @task from /proc; false if the task is gone. */
 bool hpkvm_host_task(const HpkvmHost *h, pid_t pid, pid_t tid,
                      HpkvmTask *task);
+/* Does process @pid hold a KVM vCPU (an fd on "anon_inode:kvm-vcpu")? */
+bool hpkvm_host_holds_kvm_vcpu(const HpkvmHost *h, pid_t pid);
 
 #endif

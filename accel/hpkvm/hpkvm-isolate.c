@@ -619,6 +619,33 @@ static void isolate_owner_leave_host_group(Reconcile *r, const HpkvmTask *t)
     }
 }
 
+/*
+ * Does process @pid, which holds no lease, run a vCPU the kernel bound to
+ * a leased core?  Such a vCPU runs only while its thread is allowed that
+ * core alone (kvm/patches/0004): moving the thread, or its process to
+ * another cgroup, would stop it.  It is the QEMU handing its cores over
+ * in a cpr-transfer, between the next QEMU's adoption of its leases and
+ * its own exit, or a VMM other than QEMU: a thread on a single leased
+ * core, in a process holding a KVM vCPU.
+ */
+static bool isolate_runs_bound_vcpu(Reconcile *r, pid_t pid,
+                                    const HpkvmCpuSet *leased)
+{
+    g_autoptr(GArray) tids = hpkvm_host_tids(r->h, pid);
+    int k;
+
+    for (k = 0; k < tids->len; k++) {
+        HpkvmTask th;
+
+        if (hpkvm_host_task(r->h, pid, g_array_index(tids, pid_t, k), &th) &&
+            hpkvm_cpuset_count(&th.allowed) == 1 &&
+            hpkvm_cpuset_has(leased, hpkvm_cpuset_next(&th.allowed, 0))) {
+            return hpkvm_host_holds_kvm_vcpu(r->h, pid);
+        }
+    }
+    return false;
+}
+
 static bool isolate_reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
                                     Error **errp)
 {
@@ -664,6 +691,12 @@ static bool isolate_reconcile_tasks(Reconcile *r, const HpkvmCpuSet *leased,
              * workers and IRQ threads: they follow the workqueue cpumask
              * and their IRQ's affinity.
              */
+            continue;
+        }
+        if (!owner && isolate_runs_bound_vcpu(r, pid, leased)) {
+            isolate_task_left(r, &t, "it runs a vCPU bound to a leased core "
+                              "(a QEMU handing its cores over, or another "
+                              "VMM's): moved, the vCPU would stop");
             continue;
         }
         if (r->mount && !owner) {

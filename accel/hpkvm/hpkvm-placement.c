@@ -382,41 +382,40 @@ static bool placement_lease_as_pinned(HPKVMState *s, Error **errp);
 /*
  * The kernel binds a vCPU to its core but does not hold the thread there:
  * root, the thread's owner or a cpuset change may move it, and the kernel
- * then stops the vCPU rather than run the guest on a core it was not
- * given (KVM_RUN fails with EPERM: "kvm run failed", and the VM stops
- * with internal-error, which KVM's accelerator ends only with a reset).
- * Say which vCPU moved, and how to run the VM again.
+ * then refuses KVM_RUN (EPERM) rather than run the guest on a core it was
+ * not given, until the thread is back on its core alone.  Pause the VM,
+ * saying which vCPU moved and how to resume it: nothing of the guest's
+ * state was touched.  Another refusal is KVM's to report (internal-error).
  */
-static void placement_report_moved(HPKVMState *s)
+static bool placement_run_refused(CPUState *cpu, int err)
 {
-    CPUState *cpu;
+    HPKVMState *s = HPKVM_ACCEL(current_accel());
+    unsigned core = s->vcpu_core[cpu->cpu_index];
+    pid_t tid = s->vcpu_tid[cpu->cpu_index];
+    g_autofree char *list = NULL;
+    HpkvmCpuSet cpus, one;
+    Error *local = NULL;
 
-    CPU_FOREACH(cpu) {
-        unsigned core = s->vcpu_core[cpu->cpu_index];
-        pid_t tid = s->vcpu_tid[cpu->cpu_index];
-        g_autofree char *list = NULL;
-        HpkvmCpuSet cpus, one;
-        Error *err = NULL;
-
-        if (!tid || s->vcpu_deferred[cpu->cpu_index] ||
-            !hpkvm_get_affinity(tid, &cpus)) {
-            continue;
-        }
-        hpkvm_cpuset_clear(&one);
-        set_bit(core, one.bits);
-        if (hpkvm_cpuset_equal(&cpus, &one)) {
-            continue;
-        }
-        list = hpkvm_cpuset_format(&cpus);
-        error_setg(&err, "vCPU %d stopped: its thread %d was moved to host "
-                   "cores %s, and the kernel runs it only on its core %u "
-                   "alone", cpu->cpu_index, tid, list, core);
-        error_append_hint(&err, "Pin the thread back to core %u alone "
-                          "(taskset -p -c %u %d, or libvirt's vcpupin), then "
-                          "reset the VM (system_reset) and run it (cont).\n",
-                          core, core, tid);
-        error_report_err(err);
+    if (err != EPERM || !s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted ||
+        !tid || !hpkvm_get_affinity(tid, &cpus)) {
+        return false;
     }
+    hpkvm_cpuset_clear(&one);
+    set_bit(core, one.bits);
+    if (hpkvm_cpuset_equal(&cpus, &one)) {
+        return false;
+    }
+    list = hpkvm_cpuset_format(&cpus);
+    trace_hpkvm_placement_vcpu_moved(cpu->cpu_index, tid, core);
+    error_setg(&local, "vCPU %d paused: its thread %d was moved to host "
+               "cores %s, and the kernel runs it only on its core %u alone",
+               cpu->cpu_index, tid, list, core);
+    error_append_hint(&local, "Pin the thread back to core %u alone "
+                      "(taskset -p -c %u %d, or libvirt's vcpupin), then "
+                      "resume the VM (cont).\n", core, core, tid);
+    error_report_err(local);
+    vm_stop(RUN_STATE_PAUSED);
+    return true;
 }
 
 static void placement_vm_state_change(void *opaque, bool running,
@@ -426,10 +425,6 @@ static void placement_vm_state_change(void *opaque, bool running,
     Error *err = NULL;
 
     if (!running) {
-        if (state == RUN_STATE_INTERNAL_ERROR &&
-            s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted) {
-            placement_report_moved(s);
-        }
         return;
     }
     if (s->first_run_checked) {
@@ -776,6 +771,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
     qemu_add_exit_notifier(&s->exit_notifier);
     s->vm_state_entry = qemu_add_vm_change_state_handler(
         placement_vm_state_change, s);
+    KVM_STATE(s)->run_refused = placement_run_refused;
     /* host-cpus=pinned: no housekeeping cores known yet. */
     if (!s->cores_pending && hpkvm_get_affinity(0, &s->start_affinity)) {
         s->threads_pinned = true;
@@ -786,6 +782,7 @@ bool hpkvm_placement_init(HPKVMState *s, unsigned cpus, unsigned max_cpus,
 
 void hpkvm_placement_undo(HPKVMState *s)
 {
+    KVM_STATE(s)->run_refused = NULL;
     hpkvm_placement_release(s, "KVM's initialisation failed", true);
     if (s->vm_state_entry) {
         qemu_del_vm_change_state_handler(s->vm_state_entry);

@@ -88,6 +88,10 @@ EXCLUDED = {
         "the thread was moved off its core; the double intercepts "
         "ioctl() only and does not read the thread's affinity (QEMU "
         "pins the thread itself first)",
+    "/hpkvm-contract/bind/needs-grant":
+        "a bind without CAP_SYS_NICE needs the core granted to the "
+        "process (HPKVM_GRANT_CORE, kvm/patches/0017): the double keeps "
+        "no grants and binds for any caller",
     "/hpkvm-contract/bind/host-cores":
         "the host's list of bindable cores is the reference kernel's "
         "kvm.hpkvm_cores parameter, in sysfs; the double has no module "

@@ -347,6 +347,30 @@ LINUX_GUEST_MODULES = ["virtio_pci", "virtio_net"]
 
 
 @_exclusive
+def build_kmod(cache):
+    """Debian's kmod (depmod, modprobe, modinfo, lsmod, insmod, rmmod) as
+    a cpio piece, in /bin ahead of busybox's applets (/init's "busybox
+    --install" keeps what is there), with the libraries it links from
+    this machine: for a payload that installs modules as a Debian host
+    does.  Busybox's depmod, unlike kmod's, does not put updates/ first."""
+    deb = _download("kmod", os.path.join(cache, "debs"))
+    pkg = _unpack(deb, os.path.join(cache, "kmod"))
+    kmod = os.path.join(pkg, "bin", "kmod")
+    out = os.path.join(cache, f"kmod-{_sha(os.path.basename(deb))}.cpio")
+    if os.path.exists(out):
+        return out
+    w = NewcWriter()
+    w.add_file("bin/kmod", kmod, 0o755)
+    for tool in ("depmod", "modprobe", "modinfo", "lsmod", "insmod",
+                 "rmmod"):
+        w.add_symlink(f"bin/{tool}", "kmod")
+    for lib in _ldd(kmod):
+        w.add_file(lib.lstrip("/"), lib, 0o755)
+    w.write(out)
+    return out
+
+
+@_exclusive
 def build_linux_guest(cache, kver):
     """The Linux guest, a cpio piece: Debian's kernel @kver (the nested
     host's own) and an initramfs of busybox, tests/hpkvm/guest-linux's
@@ -547,8 +571,9 @@ def hpkvm_inputs(build):
                   os.path.join(build, "tests/hpkvm/kernel",
                                "hpkvm-bind-loop")))
     # Same libraries as QEMU's (glib).
-    files.append(("hpkvm/bin/qemu-hpkvm-recover",
-                  os.path.join(build, "tools/hpkvm/qemu-hpkvm-recover")))
+    for tool in ("qemu-hpkvm-recover", "qemu-hpkvm-check"):
+        files.append((f"hpkvm/bin/{tool}",
+                      os.path.join(build, "tools/hpkvm", tool)))
     # The one owner of host changes, started by /init (see helper.sh).
     files.append(("hpkvm/bin/qemu-hpkvm-helper", helper))
     # The accelerator's qtests, which need a real KVM (see

@@ -155,7 +155,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
         gic=3, kernel="debian", kvm_amd="", linux_guest=False,
-        mttcg=False):
+        mttcg=False, our_modules=False):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -174,6 +174,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     kvm_amd: kvm-amd's module parameters, e.g. "avic=1" (x86 with
     kernel="debian", where kvm-amd is a module; with our whole kernel,
     append "kvm_amd.avic=1" instead);
+    our_modules: with kvm="stock", our KVM's modules in the image too
+    (/hpkvm/kvm), not loaded (x86), and Debian's kmod (image.build_kmod),
+    for a payload that installs them as on a Debian host;
     kernel: "debian", Debian's kernel (with our KVM's modules if
     kvm="hpkvm", x86 only), or "hpkvm", our whole kernel
     (kvm/build-kernel.sh: our series, everything built in; kvm must be
@@ -232,8 +235,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     pieces = [base]
     if kernel == "hpkvm":
         vmlinuz = image.build_kernel(build, kver, arch)
-    elif kvm == "hpkvm":
+    elif kvm == "hpkvm" or our_modules:
         pieces.append(image.build_kvm(build, kver))
+    if our_modules:
+        pieces.append(image.build_kmod(cache))
     if libvirt:
         pieces.append(image.build_libvirt(cache))
     if linux_guest:

@@ -16,6 +16,8 @@ The nested host runs our KVM (kvm/) unless a test says kvm="stock".
   (tests/hpkvm/kernel) passes against it; root moves a bound vCPU
   thread and our kernel stops that vCPU (the VM stops, saying why) until
   it is pinned back; 100 VMs bound after the first patch no kernel text;
+- docs/system/hpkvm-host-kernel.rst's install commands, run as written
+  on Debian's kernel, make modprobe load our KVM with the cores named;
 - booted with nohz_full=2-3, our KVM grants dynamic-nohz and the bound
   cores' local timers all but stop while the guest idles; booted
   without, dynamic-nohz is refused with the reason and they tick at HZ;
@@ -1458,9 +1460,9 @@ def root_moves_a_bound_vcpu_and_the_kernel_stops_it_until_pinned_back():
     its core (taskset, as root) moves, while its guest runs with
     interrupts off and never exits to QEMU (wedge=), and our kernel stops
     the vCPU at its next entry rather than run the guest on a core it was
-    not given: QEMU stops the VM (internal-error) and names the vCPU, its
-    thread and the fix.  Pinned back, reset and run, the guest runs on
-    its core again.  The same with the guest owning its core's APIC
+    not given: QEMU pauses the VM and names the vCPU, its thread and the
+    fix.  Pinned back and resumed ("cont", no reset), the same guest runs
+    on its core again.  The same with the guest owning its core's APIC
     (irq- and timer-passthrough), where the move reaches the core as a
     doorbell.  Before 2026-12-07 the kernel refused the move
     (PF_NO_SETAFFINITY): not even root could take the thread off."""
@@ -1484,15 +1486,17 @@ move_and_back() {
     taskset -p -c 0 $tid > /dev/null 2>&1
     echo "$1-moved: $? $(allowed $tid)"
     i=0
-    until [ "$(status)" = '"status": "internal-error"' ] || [ $i -gt 100 ]; do
+    until [ "$(status)" = '"status": "paused"' ] || [ $i -gt 100 ]; do
         sleep 0.2; i=$((i + 1))
     done
     echo "$1-stopped: $(status)"
     taskset -p -c $core $tid > /dev/null
-    qmp-exec /tmp/qmp.sock system_reset > /dev/null
+    exits0=$(qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments": {"target": "vcpu", "providers": [{"provider": "kvm", "names": ["exits"]}]}}' | grep -o '"value": [0-9]*' | cut -d' ' -f2)
     guest_cont
-    wedged 2
+    sleep 2
+    exits1=$(qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments": {"target": "vcpu", "providers": [{"provider": "kvm", "names": ["exits"]}]}}' | grep -o '"value": [0-9]*' | cut -d' ' -f2)
     echo "$1-back: $(status) $(allowed $tid)"
+    echo "$1-exits: $exits0 $exits1"
     echo "$1-serial: $(grep -c 'hpkvm-guest: PASS cpus=1/1' /tmp/serial.log)"
     qmp-exec /tmp/qmp.sock quit > /dev/null
     wait_qemu
@@ -1516,17 +1520,24 @@ move_and_back owned ,irq-passthrough=on,timer-passthrough=on
         tid = hp["placement"][0]["thread-id"]
         assert one("moved") == "0 Cpus_allowed_list:0", \
             f"{label}: root could not move the vCPU thread:\n{res.output}"
-        assert one("stopped") == '"status": "internal-error"', \
+        assert one("stopped") == '"status": "paused"', \
             f"{label}: the guest ran on after its thread moved:\n" + \
             res.output
         err = "\n".join(lines_with(res.output, f"{label}-err: "))
-        assert f"vCPU 0 stopped: its thread {tid} was moved to host " \
+        assert f"vCPU 0 paused: its thread {tid} was moved to host " \
             f"cores 0, and the kernel runs it only on its core {core} " \
             "alone" in err, err
-        assert f"taskset -p -c {core} {tid}" in err, err
+        assert f"taskset -p -c {core} {tid}" in err and \
+            "resume the VM (cont)" in err, err
+        # Paused by hpkvm, not stopped by KVM's accelerator.
+        assert "kvm run failed" not in err, err
         assert one("back") == \
             f'"status": "running" Cpus_allowed_list:{core}', res.output
-        assert one("serial") == "2", res.output
+        # The same guest, not a reset one: it printed its result once,
+        # and its vCPU runs (keeps exiting to KVM) after "cont".
+        assert one("serial") == "1", res.output
+        e0, e1 = map(int, one("exits").split())
+        assert e1 > e0, res.output
         assert one("quit") == "0", res.output
 
 
@@ -1556,6 +1567,85 @@ echo "bind-loop-status: $?"
     print(f"# text pokes: {first} at the first VM, {loop} in 100 after")
     assert first >= 1, "no text poke seen at the first claim: " + res.output
     assert loop == 0, f"{loop} text pokes in 100 VMs after the first"
+
+
+# The operator's page on installing our KVM's modules.
+HOST_KERNEL_PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "..", "docs", "system",
+                                "hpkvm-host-kernel.rst")
+
+
+def page_commands(section, prompt):
+    """The commands of the host kernel page's section (its title), as
+    its literal blocks give them after prompt ("# ": root's)."""
+    with open(HOST_KERNEL_PAGE) as f:
+        text = f.read()
+    body = text.split(f"\n{section}\n")[1]
+    body = re.split(r"\n[^\n]+\n-{4,}\n", body)[0]
+    return [line[2 + len(prompt):] for line in body.splitlines()
+            if line.startswith("  " + prompt)]
+
+
+@test
+def the_operator_page_installs_our_kvm_as_written():
+    """docs/system/hpkvm-host-kernel.rst, followed on the nested host
+    booted with Debian's kernel, its KVM modules loaded, and
+    nohz_full=2-3: the root commands of "Installing the modules", run as
+    the page gives them (KVM_DIR set to where the image holds the modules
+    kvm/build.sh built), make modprobe load ours, with the cores the page
+    names; "Confirming it"'s qemu-hpkvm-check then sees the kernel's
+    hpkvm features and those cores, and a VM on them is granted
+    exclusive-cores by the kernel and passes."""
+    install = page_commands("Installing the modules", "# ")
+    check = page_commands("Confirming it", "$ ")
+    assert install and install[0].startswith("KVM_DIR="), install
+    assert len(check) == 1, check
+    install[0] = "KVM_DIR=/hpkvm/kvm"
+    steps = "".join(f"{cmd}\necho \"step: $? {cmd}\"\n" for cmd in install)
+    res = nested(PAYLOAD_LIB + r"""
+echo "before: $(grep -c . /sys/module/kvm/parameters/hpkvm_cores 2>&1)"
+mount -t cgroup2 none /sys/fs/cgroup
+mkdir -p /etc/modprobe.d         # as a Debian host has it
+# Debian's kmod, as a host has it: busybox's sh would run its own
+# applets of the same names before it looks at PATH.
+for t in depmod modprobe; do eval "$t() { /bin/$t \"\$@\"; }"; done
+""" + steps + r"""
+echo "tainted: $(cat /proc/sys/kernel/tainted)"
+echo "cores: $(cat /sys/module/kvm/parameters/hpkvm_cores)"
+""" + check[0] + r""" > /tmp/check.log 2>&1
+echo "check-status: $?"
+sed 's/^/check: /' /tmp/check.log
+guest_qemu -accel %(accel)s,exclusive-cores=on -cpu host || exit 1
+echo "hpkvm: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')"
+guest_finish
+""" % {"accel": PLACEMENT_ACCEL}, cpus=4, kvm="stock", our_modules=True,
+                 append=("nohz_full=2-3",))
+    print("#", res.output.replace("\n", "\n# "))
+    assert res.status == 0, res.output
+    # Debian's kvm.ko, loaded at boot, has no such parameter.
+    assert "No such file" in lines_with(res.output, "before: ")[0], \
+        res.output
+    failed = [s for s in lines_with(res.output, "step: ")
+              if not s.startswith("0 ")]
+    assert len(lines_with(res.output, "step: ")) == len(install) and \
+        not failed, failed or res.output
+    # TAINT_OOT_MODULE: ours, not Debian's, answered modprobe.
+    assert int(lines_with(res.output, "tainted: ")[0]) & (1 << 12), \
+        res.output
+    assert lines_with(res.output, "cores: ") == ["2-3"], res.output
+    checked = "\n".join(lines_with(res.output, "check: "))
+    m = re.search(r"^\[ok  \] hpkvm-kernel: hpkvm contract version "
+                  r"(\d+), features 0x([0-9a-f]+)$", checked, re.M)
+    assert m and m.group(1) == "2", checked
+    # exclusive-cores, and dynamic-nohz on a host booted with nohz_full=.
+    assert int(m.group(2), 16) & 0x21 == 0x21, checked
+    assert re.search(r"^\[ok  \] kvm-cores: ", checked, re.M), checked
+    hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
+    cores = feature(hp, "exclusive-cores")
+    assert cores["granted"] and cores["mechanism"] == "patched-kernel", \
+        cores
+    assert "hpkvm-guest: PASS" in lines_with(res.output, "serial: ")[0], \
+        res.output
 
 
 @test
