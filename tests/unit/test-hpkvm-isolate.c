@@ -1030,6 +1030,46 @@ static void test_owner_leaves_host_group(gconstpointer opaque)
     g_free(none);
 }
 
+/*
+ * The QEMU handing its cores over in a cpr-transfer, once the next one
+ * adopted its leases: it holds no lease, but a KVM vCPU, and a thread on
+ * the leased core alone.  Moved (to hpkvm.host, or off the core), its
+ * vCPU would stop: the kernel runs a bound vCPU only on its core alone.
+ * It is left where it is, and reported; the shell beside it moves.
+ */
+static void test_handing_over_vcpu(gconstpointer opaque)
+{
+    Fixture f;
+    HpkvmLeaseMap *map = g_new0(HpkvmLeaseMap, 1);
+    HpkvmLeaseMap *none = g_new0(HpkvmLeaseMap, 1);
+    g_autoptr(HpkvmIsolation) r = NULL, off = NULL;
+    g_autofree char *host_procs = NULL, *fds = NULL, *vcpu = NULL;
+    g_autofree char *old = NULL;
+
+    make_host(&f, (Flavour)GPOINTER_TO_INT(opaque));
+    host_procs = cg_path(&f, "/hpkvm.host/cgroup.procs");
+    put_task(&f, 500, "qemu-new", 0, "0-3", "/");
+    put_task(&f, 400, "qemu-old", 0, "2", "/");
+    fds = g_strconcat(f.root, "/proc/400/fd", NULL);
+    g_assert_cmpint(g_mkdir_with_parents(fds, 0755), ==, 0);
+    vcpu = g_strconcat(fds, "/12", NULL);
+    g_assert_cmpint(symlink("anon_inode:kvm-vcpu:0", vcpu), ==, 0);
+    lease(map, "2", 500);
+    r = reconcile(&f, map, "2");
+    g_assert_true(left_in(r->tasks_left, 400, "qemu-old",
+                          "it runs a vCPU bound to a leased core"));
+    g_assert_false(line_in(&f, host_procs, "400"));
+    old = affinity(&f, 400);
+    g_assert_cmpstr(old, ==, "2");
+    if (f.flavour != NO_CPUSET) {
+        g_assert_true(line_in(&f, host_procs, "100"));
+    }
+    off = reconcile(&f, none, "");
+    destroy_host(&f);
+    g_free(map);
+    g_free(none);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -1045,6 +1085,10 @@ int main(int argc, char **argv)
     g_test_add_data_func("/hpkvm/isolate/owner-leaves-host-group/v2",
                          GINT_TO_POINTER(CGROUP_V2),
                          test_owner_leaves_host_group);
+    g_test_add_data_func("/hpkvm/isolate/handing-over-vcpu/v2",
+                         GINT_TO_POINTER(CGROUP_V2), test_handing_over_vcpu);
+    g_test_add_data_func("/hpkvm/isolate/handing-over-vcpu/affinity",
+                         GINT_TO_POINTER(NO_CPUSET), test_handing_over_vcpu);
     g_test_add_func("/hpkvm/isolate/crash-replay", test_crash_replay);
     g_test_add_func("/hpkvm/isolate/two-vms", test_two_vms);
     g_test_add_func("/hpkvm/isolate/per-cpu-irqs", test_per_cpu_irqs);
