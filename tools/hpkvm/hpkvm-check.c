@@ -23,6 +23,7 @@
 #include "qemu/error-report.h"
 #include "qemu/sockets.h"
 #include "qapi/error.h"
+#include "qapi/qapi-types-hpkvm.h"
 #include "qobject/qdict.h"
 #include "qobject/qjson.h"
 #include "qobject/qlist.h"
@@ -123,8 +124,19 @@ static void check_kvm(Ctx *c)
     fd = qemu_open_old(path, O_RDWR | O_CLOEXEC);
     version = ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_HPKVM);
     if (version > 0 && ioctl(fd, HPKVM_GET_CAPS, &caps) == 0) {
+        g_autoptr(GString) names = g_string_new("");
+        int f;
+
+        /* QAPI's HpkvmFeature order is the contract's bit order. */
+        for (f = 0; f < HPKVM_FEATURE__MAX; f++) {
+            if (caps.supported & (1ULL << f)) {
+                g_string_append_printf(names, "%s%s", names->len ? ", " : "",
+                                       HpkvmFeature_str(f));
+            }
+        }
         check_add(c, "hpkvm-kernel", OK, NULL, "hpkvm contract version %d, "
-                  "features 0x%" PRIx64, version, (uint64_t)caps.supported);
+                  "features 0x%" PRIx64 " (%s)", version,
+                  (uint64_t)caps.supported, names->len ? names->str : "none");
     } else {
         check_add(c, "hpkvm-kernel", WARN, "run a kernel with the hpkvm "
                   "extension for exit-less timers, IPIs and interrupts",

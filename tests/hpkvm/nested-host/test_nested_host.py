@@ -1635,10 +1635,12 @@ guest_finish
     assert lines_with(res.output, "cores: ") == ["2-3"], res.output
     checked = "\n".join(lines_with(res.output, "check: "))
     m = re.search(r"^\[ok  \] hpkvm-kernel: hpkvm contract version "
-                  r"(\d+), features 0x([0-9a-f]+)$", checked, re.M)
+                  r"(\d+), features 0x([0-9a-f]+) \(([a-z, -]+)\)$",
+                  checked, re.M)
     assert m and m.group(1) == "2", checked
     # exclusive-cores, and dynamic-nohz on a host booted with nohz_full=.
-    assert int(m.group(2), 16) & 0x21 == 0x21, checked
+    assert int(m.group(2), 16) == 0x21, checked
+    assert m.group(3) == "exclusive-cores, dynamic-nohz", checked
     assert re.search(r"^\[ok  \] kvm-cores: ", checked, re.M), checked
     hp = json.loads(lines_with(res.output, "hpkvm: ")[0])["return"]
     cores = feature(hp, "exclusive-cores")
