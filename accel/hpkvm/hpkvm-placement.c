@@ -393,16 +393,12 @@ static bool placement_run_refused(CPUState *cpu, int err)
     unsigned core = s->vcpu_core[cpu->cpu_index];
     pid_t tid = s->vcpu_tid[cpu->cpu_index];
     g_autofree char *list = NULL;
-    HpkvmCpuSet cpus, one;
     Error *local = NULL;
+    HpkvmCpuSet cpus;
 
     if (err != EPERM || !s->feat[HPKVM_FEATURE_EXCLUSIVE_CORES].granted ||
-        !tid || !hpkvm_get_affinity(tid, &cpus)) {
-        return false;
-    }
-    hpkvm_cpuset_clear(&one);
-    set_bit(core, one.bits);
-    if (hpkvm_cpuset_equal(&cpus, &one)) {
+        !tid || !hpkvm_get_affinity(tid, &cpus) ||
+        (hpkvm_cpuset_count(&cpus) == 1 && hpkvm_cpuset_has(&cpus, core))) {
         return false;
     }
     list = hpkvm_cpuset_format(&cpus);

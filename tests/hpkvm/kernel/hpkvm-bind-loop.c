@@ -32,6 +32,8 @@
  */
 
 #include "qemu/osdep.h"
+#include "qemu/atomic.h"
+#include "qemu/cutils.h"
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <linux/perf_event.h>
@@ -43,9 +45,7 @@
 
 typedef struct LoopRing {
     struct perf_event_mmap_page *meta;
-    size_t map_size;
     uint64_t tail;
-    int fd;
 } LoopRing;
 
 typedef struct LoopBind {
@@ -75,18 +75,18 @@ static GArray *loop_rings_open(void)
             .text_poke = 1,
         };
         LoopRing r = { 0 };
+        int fd = syscall(SYS_perf_event_open, &attr, -1, (int)cpu, -1,
+                         PERF_FLAG_FD_CLOEXEC);
 
-        r.fd = syscall(SYS_perf_event_open, &attr, -1, (int)cpu, -1,
-                       PERF_FLAG_FD_CLOEXEC);
-        if (r.fd < 0 && errno == ENODEV) {
+        if (fd < 0 && errno == ENODEV) {
             continue;           /* offline: it pokes nothing */
         }
-        if (r.fd < 0) {
+        if (fd < 0) {
             loop_die("perf_event_open (text_poke)");
         }
-        r.map_size = (1 + LOOP_RING_PAGES) * page;
-        r.meta = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      r.fd, 0);
+        /* The ring stays mapped, and so open, until the tool exits. */
+        r.meta = mmap(NULL, (1 + LOOP_RING_PAGES) * page,
+                      PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (r.meta == MAP_FAILED) {
             loop_die("mmap of a perf ring");
         }
@@ -105,8 +105,7 @@ static unsigned loop_rings_count(GArray *rings)
         LoopRing *r = &g_array_index(rings, LoopRing, i);
         const uint8_t *data = (const uint8_t *)r->meta + r->meta->data_offset;
         uint64_t size = r->meta->data_size;
-        uint64_t head = __atomic_load_n(&r->meta->data_head,
-                                        __ATOMIC_ACQUIRE);
+        uint64_t head = qatomic_load_acquire(&r->meta->data_head);
 
         if (head - r->tail > size) {
             errno = ENOSPC;
@@ -131,7 +130,7 @@ static unsigned loop_rings_count(GArray *rings)
             }
             r->tail += h.size;
         }
-        __atomic_store_n(&r->meta->data_tail, r->tail, __ATOMIC_RELEASE);
+        qatomic_store_release(&r->meta->data_tail, r->tail);
     }
     return pokes;
 }
@@ -200,12 +199,13 @@ int main(int argc, char **argv)
     int kvm_fd, keep_fd, keep_vcpu;
     GArray *rings;
 
-    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "owned"))) {
-        g_printerr("usage: hpkvm-bind-loop CORE N [owned]\n");
+    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "owned")) ||
+        qemu_strtoui(argv[1], NULL, 10, &core) < 0 ||
+        qemu_strtoui(argv[2], NULL, 10, &vms) < 0) {
+        g_printerr("usage: hpkvm-bind-loop CORE N [owned]: CORE a host "
+                   "CPU, N the VMs after the first\n");
         return 2;
     }
-    core = atoi(argv[1]);
-    vms = atoi(argv[2]);
     if (argc == 4) {
         requested |= HPKVM_FEAT_DYNAMIC_NOHZ | HPKVM_FEAT_IRQ_PASSTHROUGH |
                      HPKVM_FEAT_TIMER_PASSTHROUGH;

@@ -349,10 +349,12 @@ LINUX_GUEST_MODULES = ["virtio_pci", "virtio_net"]
 @_exclusive
 def build_kmod(cache):
     """Debian's kmod (depmod, modprobe, modinfo, lsmod, insmod, rmmod) as
-    a cpio piece, in /bin ahead of busybox's applets (/init's "busybox
-    --install" keeps what is there), with the libraries it links from
-    this machine: for a payload that installs modules as a Debian host
-    does.  Busybox's depmod, unlike kmod's, does not put updates/ first."""
+    a cpio piece, with the libraries it links from this machine: for a
+    payload that installs modules as a Debian host does (busybox's
+    depmod, unlike kmod's, does not put updates/ first).  Its links are
+    /bin/depmod and so on, which /init's "busybox --install" keeps; a
+    payload calls them by path, as busybox's sh runs its own applets of
+    the same names before it looks at PATH."""
     deb = _download("kmod", os.path.join(cache, "debs"))
     pkg = _unpack(deb, os.path.join(cache, "kmod"))
     kmod = os.path.join(pkg, "bin", "kmod")

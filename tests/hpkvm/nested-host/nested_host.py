@@ -225,6 +225,8 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         raise ValueError("the arm64 nested host has our KVM only in our "
                          "kernel: kvm='hpkvm' with kernel='hpkvm', or "
                          "kvm='stock' with kernel='debian'")
+    if our_modules and (kvm != "stock" or arch != "x86_64"):
+        raise ValueError("our_modules: with kvm='stock', on x86")
     if arch == "aarch64" and (libvirt or installed or linux_guest):
         raise ValueError("the arm64 nested host has no libvirt, "
                          "installed tree or Linux guest yet")

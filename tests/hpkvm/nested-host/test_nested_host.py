@@ -778,8 +778,8 @@ def assert_vcpus_held(res, hp, cores):
 def our_kvm_grants_exclusive_cores_and_keeps_each_vcpu_on_its_core():
     """kvm/'s KVM (loaded instead of Debian's, so the kernel is tainted
     with an out-of-tree module): exclusive-cores=on granted by the kernel
-    under contract 2, each vCPU thread bound to its leased core; what that KVM does not implement is refused with the
-    reason and falls back, as are dynamic-nohz on this nested host booted
+    under contract 2, each vCPU thread bound to its leased core; what
+    that KVM does not implement is refused with the reason and falls back, as are dynamic-nohz on this nested host booted
     without nohz_full= and the interrupt features on its kvm-amd without
     AVIC (avic=0, the default); the guest passes.  With kvm.hpkvm_cores
     not naming a leased core QEMU does not ask (auto) or fails with the
@@ -1466,7 +1466,8 @@ def root_moves_a_bound_vcpu_and_the_kernel_stops_it_until_pinned_back():
     (irq- and timer-passthrough), where the move reaches the core as a
     doorbell.  Before 2026-12-07 the kernel refused the move
     (PF_NO_SETAFFINITY): not even root could take the thread off."""
-    res = nested(PAYLOAD_LIB + PLACEMENT_LIB + MOVE_IRQS + r"""
+    lib = PAYLOAD_LIB + PLACEMENT_LIB + BOUND_CORE_LIB + MOVE_IRQS
+    res = nested(lib + r"""
 mount -t cgroup2 none /sys/fs/cgroup
 wedged() {
     n=$1; i=0
@@ -1491,10 +1492,10 @@ move_and_back() {
     done
     echo "$1-stopped: $(status)"
     taskset -p -c $core $tid > /dev/null
-    exits0=$(qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments": {"target": "vcpu", "providers": [{"provider": "kvm", "names": ["exits"]}]}}' | grep -o '"value": [0-9]*' | cut -d' ' -f2)
+    exits0=$(exits)
     guest_cont
     sleep 2
-    exits1=$(qmp-exec /tmp/qmp.sock '{"execute": "query-stats", "arguments": {"target": "vcpu", "providers": [{"provider": "kvm", "names": ["exits"]}]}}' | grep -o '"value": [0-9]*' | cut -d' ' -f2)
+    exits1=$(exits)
     echo "$1-back: $(status) $(allowed $tid)"
     echo "$1-exits: $exits0 $exits1"
     echo "$1-serial: $(grep -c 'hpkvm-guest: PASS cpus=1/1' /tmp/serial.log)"
