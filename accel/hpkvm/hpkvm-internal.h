@@ -61,6 +61,7 @@ struct HPKVMState {
     unsigned *vcpu_core;        /* by cpu_index: the i-th of host-cpus */
     int *vcpu_tid;              /* by cpu_index; 0 until bound */
     bool *vcpu_deferred;        /* not bound yet: bind before it runs */
+    char **vcpu_moved_to;       /* its thread's cores, while paused for it */
     unsigned nr_cores;
     HpkvmLeases *leases;        /* NULL without host-cpus= */
     HpkvmIsolation *isolation;

@@ -35,6 +35,7 @@
 #include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "qapi/error.h"
+#include "qapi/qapi-events-hpkvm.h"
 #include "qapi/qapi-visit-hpkvm.h"
 #include "qapi/clone-visitor.h"
 #include "hw/core/cpu.h"
@@ -392,7 +393,7 @@ static bool placement_run_refused(CPUState *cpu, int err)
     HPKVMState *s = HPKVM_ACCEL(current_accel());
     unsigned core = s->vcpu_core[cpu->cpu_index];
     pid_t tid = s->vcpu_tid[cpu->cpu_index];
-    g_autofree char *list = NULL;
+    char **moved_to = &s->vcpu_moved_to[cpu->cpu_index];
     Error *local = NULL;
     HpkvmCpuSet cpus;
 
@@ -401,15 +402,17 @@ static bool placement_run_refused(CPUState *cpu, int err)
         (hpkvm_cpuset_count(&cpus) == 1 && hpkvm_cpuset_has(&cpus, core))) {
         return false;
     }
-    list = hpkvm_cpuset_format(&cpus);
+    g_free(*moved_to);
+    *moved_to = hpkvm_cpuset_format(&cpus);
     trace_hpkvm_placement_vcpu_moved(cpu->cpu_index, tid, core);
     error_setg(&local, "vCPU %d paused: its thread %d was moved to host "
                "cores %s, and the kernel runs it only on its core %u alone",
-               cpu->cpu_index, tid, list, core);
+               cpu->cpu_index, tid, *moved_to, core);
     error_append_hint(&local, "Pin the thread back to core %u alone "
                       "(taskset -p -c %u %d, or libvirt's vcpupin), then "
                       "resume the VM (cont).\n", core, core, tid);
     error_report_err(local);
+    qapi_event_send_hpkvm_vcpu_moved(cpu->cpu_index, core, tid, *moved_to);
     vm_stop(RUN_STATE_PAUSED);
     return true;
 }
@@ -422,6 +425,10 @@ static void placement_vm_state_change(void *opaque, bool running,
 
     if (!running) {
         return;
+    }
+    /* Resumed: a vCPU still moved is refused, and reported, again. */
+    for (unsigned i = 0; i < s->max_vcpus; i++) {
+        g_clear_pointer(&s->vcpu_moved_to[i], g_free);
     }
     if (s->first_run_checked) {
         if (!placement_bind_deferred(s, &err)) {
@@ -505,6 +512,7 @@ static void placement_alloc_vcpus(HPKVMState *s, unsigned max_cpus)
     s->vcpu_core = g_new0(unsigned, max_cpus);
     s->vcpu_tid = g_new0(int, max_cpus);
     s->vcpu_deferred = g_new0(bool, max_cpus);
+    s->vcpu_moved_to = g_new0(char *, max_cpus);
 }
 
 /*
@@ -879,6 +887,7 @@ void hpkvm_placement_report(HPKVMState *s, HpkvmInfo *info)
         p->cpu_index = cpu->cpu_index;
         p->host_cpu = s->vcpu_core[cpu->cpu_index];
         p->thread_id = s->vcpu_tid[cpu->cpu_index];
+        p->moved_to = g_strdup(s->vcpu_moved_to[cpu->cpu_index]);
         QAPI_LIST_APPEND(tail, p);
     }
 }
@@ -893,6 +902,10 @@ void hpkvm_placement_finalize(HPKVMState *s)
     g_free(s->vcpu_core);
     g_free(s->vcpu_tid);
     g_free(s->vcpu_deferred);
+    for (unsigned i = 0; s->vcpu_moved_to && i < s->max_vcpus; i++) {
+        g_free(s->vcpu_moved_to[i]);
+    }
+    g_free(s->vcpu_moved_to);
     if (s->settle_timer) {
         timer_free(s->settle_timer);
     }

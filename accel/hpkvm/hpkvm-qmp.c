@@ -95,8 +95,11 @@ static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
     }
     for (p = info->placement; p; p = p->next) {
         monitor_printf(mon, "vCPU %" PRId64 ": host core %" PRId64
-                       ", thread %" PRId64 "\n", p->value->cpu_index,
-                       p->value->host_cpu, p->value->thread_id);
+                       ", thread %" PRId64 "%s%s%s\n", p->value->cpu_index,
+                       p->value->host_cpu, p->value->thread_id,
+                       p->value->moved_to ? " moved to host cores " : "",
+                       p->value->moved_to ?: "",
+                       p->value->moved_to ? " (paused for it)" : "");
     }
     if (!iso) {
         return;

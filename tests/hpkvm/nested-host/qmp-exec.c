@@ -2,6 +2,7 @@
  * qmp-exec: send QMP commands to a QEMU and print the replies
  *
  *   qmp-exec SOCKET COMMAND-JSON...
+ *   qmp-exec -e EVENT SOCKET COMMAND-JSON...
  *   qmp-exec -l SOCKET REQUEST-JSON
  *
  * Inside the nested test host there is no Python and busybox's nc cannot
@@ -10,6 +11,11 @@
  * one line of JSON (events are skipped).  A command given as a bare name
  * ("quit") is wrapped as {"execute": NAME}.  Exits 1 if a reply is an
  * error or the connection fails.  Built static, it needs no library.
+ *
+ * With -e, after the commands it waits for the event EVENT (or takes the
+ * one that came while they ran) and prints it as one line: a payload
+ * runs it in the background on a second QMP socket of its own, and
+ * waits for the command's reply line before it causes the event.
  *
  * With -l, the one request goes as one line with no greeting and no
  * negotiation, and the one reply line is printed: qemu-hpkvm-helper's
@@ -40,8 +46,11 @@
 
 static FILE *in;
 static FILE *out;
+/* -e: the event's name as it appears in QMP's JSON, and the event. */
+static char wanted[128];
+static char *event;
 
-/* Read one reply line, skipping asynchronous events. */
+/* Read one reply line, skipping asynchronous events but the wanted. */
 static char *read_reply(void)
 {
     static char *line;
@@ -54,7 +63,31 @@ static char *read_reply(void)
         if (!strstr(line, "\"event\"")) {
             return line;
         }
+        if (*wanted && !event && strstr(line, wanted)) {
+            event = strdup(line);
+        }
     }
+}
+
+/* -e: wait for the wanted event (unless it came already); print it. */
+static bool wait_event(const char *name)
+{
+    char *line = NULL;
+    size_t cap = 0;
+
+    while (!event) {
+        if (getline(&line, &cap, in) < 0) {
+            fprintf(stderr, "qmp-exec: no %s event within %d s\n", name,
+                    REPLY_TIMEOUT_S);
+            return false;
+        }
+        if (strstr(line, wanted)) {
+            event = line;
+        }
+    }
+    fputs(event, stdout);
+    fflush(stdout);
+    return true;
 }
 
 static bool execute(const char *cmd, bool print)
@@ -92,7 +125,7 @@ int main(int argc, char **argv)
 {
     struct sockaddr_un addr = { .sun_family = AF_UNIX };
     struct timeval reply_timeout = { .tv_sec = REPLY_TIMEOUT_S };
-    const char *prog = argv[0];
+    const char *prog = argv[0], *event_name = NULL;
     bool ok = true, line = false;
     int fd, i;
 
@@ -100,10 +133,16 @@ int main(int argc, char **argv)
         line = true;
         argv++;
         argc--;
+    } else if (argc > 2 && !strcmp(argv[1], "-e")) {
+        event_name = argv[2];
+        snprintf(wanted, sizeof(wanted), "\"event\": \"%s\"", event_name);
+        argv += 2;
+        argc -= 2;
     }
     if (argc < 3 || (line && argc != 3)) {
         fprintf(stderr, "usage: %s SOCKET COMMAND-JSON...\n"
-                "       %s -l SOCKET REQUEST-JSON\n", prog, prog);
+                "       %s -e EVENT SOCKET COMMAND-JSON...\n"
+                "       %s -l SOCKET REQUEST-JSON\n", prog, prog, prog);
         return 2;
     }
     fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -132,6 +171,10 @@ int main(int argc, char **argv)
     }
     for (i = 2; i < argc; i++) {
         ok &= execute(argv[i], true);
+        fflush(stdout);
+    }
+    if (ok && event_name) {
+        ok = wait_event(event_name);
     }
     return ok ? 0 : 1;
 }

@@ -1464,7 +1464,9 @@ def root_moves_a_bound_vcpu_and_the_kernel_stops_it_until_pinned_back():
     fix.  Pinned back and resumed ("cont", no reset), the same guest runs
     on its core again.  The same with the guest owning its core's APIC
     (irq- and timer-passthrough), where the move reaches the core as a
-    doorbell.  Before 2026-12-07 the kernel refused the move
+    doorbell.  A manager is told which vCPU moved where: the event
+    HPKVM_VCPU_MOVED, and query-hpkvm's placement (moved-to) while the VM
+    is paused for it.  Before 2026-12-07 the kernel refused the move
     (PF_NO_SETAFFINITY): not even root could take the thread off."""
     lib = PAYLOAD_LIB + PLACEMENT_LIB + BOUND_CORE_LIB + MOVE_IRQS
     res = nested(lib + r"""
@@ -1475,15 +1477,30 @@ wedged() {
         sleep 0.2; i=$((i + 1)); [ $i -gt 600 ] && { guest_stuck; break; }
     done
 }
+moved_to() {
+    qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
+        grep -o '"moved-to": "[^"]*"'
+}
 move_and_back() {
+    rm -f /tmp/events.sock
     guest_qemu -accel %(accel)s,exclusive-cores=on,dynamic-isolation=off$2 \
-        -cpu %(cpu)s -smp 1 -append wedge=1 2> /tmp/qemu.err || exit 1
+        -cpu %(cpu)s -smp 1 -append wedge=1 \
+        -qmp unix:/tmp/events.sock,server=on,wait=off 2> /tmp/qemu.err ||
+        exit 1
     hp=$(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}')
     echo "$1-hpkvm: $hp"
     tid=$(vcpu_tid 0)
     core=$(echo "$hp" | grep -o '"host-cpu": [0-9]*' | head -n 1 | cut -d' ' -f2)
     guest_cont
     wedged 1
+    # A manager's view: the event, on a monitor of its own.
+    qmp-exec -e HPKVM_VCPU_MOVED /tmp/events.sock query-status \
+        > /tmp/events.log 2>&1 &
+    events_pid=$!
+    i=0
+    until grep -q '"return"' /tmp/events.log || [ $i -gt 100 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
     taskset -p -c 0 $tid > /dev/null 2>&1
     echo "$1-moved: $? $(allowed $tid)"
     i=0
@@ -1491,12 +1508,16 @@ move_and_back() {
         sleep 0.2; i=$((i + 1))
     done
     echo "$1-stopped: $(status)"
+    echo "$1-query-moved: $(moved_to)"
+    wait $events_pid
+    echo "$1-event: $(grep -o '"event": "HPKVM_VCPU_MOVED", "data": {[^}]*}' /tmp/events.log)"
     taskset -p -c $core $tid > /dev/null
     exits0=$(exits)
     guest_cont
     sleep 2
     exits1=$(exits)
     echo "$1-back: $(status) $(allowed $tid)"
+    echo "$1-query-back: [$(moved_to)]"
     echo "$1-exits: $exits0 $exits1"
     echo "$1-serial: $(grep -c 'hpkvm-guest: PASS cpus=1/1' /tmp/serial.log)"
     qmp-exec /tmp/qmp.sock quit > /dev/null
@@ -1530,8 +1551,14 @@ move_and_back owned ,irq-passthrough=on,timer-passthrough=on
             "alone" in err, err
         assert f"taskset -p -c {core} {tid}" in err and \
             "resume the VM (cont)" in err, err
-        # Paused by hpkvm, not stopped by KVM's accelerator.
+        # Paused by hpkvm, not stopped by KVM's accelerator; a manager
+        # learns why from the event and from query-hpkvm.
         assert "kvm run failed" not in err, err
+        assert one("query-moved") == '"moved-to": "0"', res.output
+        event = json.loads("{" + one("event") + "}")["data"]
+        assert event == {"cpu-index": 0, "host-cpu": core,
+                         "thread-id": tid, "moved-to": "0"}, res.output
+        assert one("query-back") == "[]", res.output
         assert one("back") == \
             f'"status": "running" Cpus_allowed_list:{core}', res.output
         # The same guest, not a reset one: it printed its result once,
