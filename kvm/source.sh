@@ -31,6 +31,17 @@ kvm_source_fetch() {
         die "cannot download $srcpkg=$2 (apt-get update?)"
 }
 
+# kvm_image_fetch KVER VERSION: set $imagedeb, linux-image-KVER at
+# VERSION (the kernel Debian built from that source, with its config),
+# downloaded into the cache unless it is there.
+kvm_image_fetch() {
+    imagedeb=$cache/linux-image-${1}_${2}_amd64.deb
+    [ -f "$imagedeb" ] && return 0
+    say "downloading linux-image-$1 $2"
+    (cd "$cache" && apt-get download -q "linux-image-$1=$2") >&2 ||
+        die "cannot download linux-image-$1=$2 (apt-get update?)"
+}
+
 # kvm_source_unpack TREE [PATH...]: $deb's source into TREE, only the
 # PATHs (relative to the source's top) if given.  Fails as tar does,
 # e.g. for a PATH the source does not have.

@@ -925,6 +925,12 @@ def main():
                     help="no boot of the x86 nested host on our whole "
                          "kernel where hpkvm's guest owns its cores' APICs "
                          "(the kvm-own and hpkvm-own columns)")
+    ap.add_argument("--kernel-config", choices=("tiny", "debian"),
+                    default="tiny",
+                    help="our whole kernel of the own boot (kvm-own, "
+                         "hpkvm-own) built over tinyconfig (default), or "
+                         "with Debian's own config: the production-config "
+                         "kernel (kvm/build-kernel.sh --config debian)")
     ap.add_argument("--arm-gic", type=int, choices=(3, 4), default=4,
                     help="the arm64 nested test host's GIC: 4 (default), "
                          "where KVM forwards the VF's MSI as a vLPI, or 3")
@@ -1004,14 +1010,17 @@ def main():
         for boot, skip, what in (("avic", args.no_avic,
                                   "our KVM with AVIC"),
                                  ("own", args.no_own,
-                                  "our whole kernel, guests on the "
-                                  "one-shot timer")):
+                                  f"our whole kernel ({args.kernel_config} "
+                                  f"config), guests on the one-shot "
+                                  f"timer")):
             if boot in arch and not skip:
                 print(f"hpkvm bench: {label}, {what}: kvm and hpkvm "
                       f"alternating", flush=True)
+                extra = extra_boot(arch, boot)
+                if extra["nested"].get("kernel") == "hpkvm":
+                    extra["nested"]["kernel_config"] = args.kernel_config
                 for accel, rs in run_nested(build, ["kvm", "hpkvm"], samples,
-                                            1500, 1,
-                                            extra_boot(arch, boot)).items():
+                                            1500, 1, extra).items():
                     runs[f"{accel}-{boot}"] = rs
         raw["hosts"][host] = runs
         summary[host] = summarize(runs)
@@ -1028,6 +1037,11 @@ def main():
             print(f"   ~: exits/op of {', '.join(approximate)} not exact "
                   f"on this host (a frame's boundary cost other than its "
                   f"one exit): read them as approximate")
+        if "hpkvm-own" in accels:
+            built = {"tiny": "over tinyconfig",
+                     "debian": "with Debian's config"}[args.kernel_config]
+            print(f"   kvm-own, hpkvm-own ({host}): our whole kernel, built "
+                  f"{built}")
         for a in ("hpkvm", "hpkvm-avic", "hpkvm-own"):
             if a in accels:
                 print(f"   what {a} had ({host}): "

@@ -41,7 +41,8 @@ fi
 # clang, lld, llvm: the aarch64 cross build, its bare-metal guest and
 # our arm64 kernel (scripts/hpkvm/aarch64-toolchain.sh says why not
 # gcc-aarch64-linux-gnu).
-# bc, libelf-dev (objtool): our whole kernel (kvm/build-kernel.sh).
+# bc, libelf-dev (objtool): our whole kernel (kvm/build-kernel.sh);
+# libssl-dev, openssl: its Debian-config variant (module signing keys).
 # bochs (with bochs-term, the lightest of the GUIs its package needs one
 # of; the tests use its built-in VNC one), bochsbios, vgabios, isolinux,
 # syslinux-common, xorriso: the Bochs nested host, where kvm-intel runs
@@ -50,7 +51,7 @@ base_pkgs="gcc gcc-multilib make pkg-config patch xz-utils ca-certificates
  libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev libslirp-dev
  flex bison ninja-build python3 python3-venv seabios ipxe-qemu
  iproute2 dpdk-dev systemd python3-sphinx python3-sphinx-rtd-theme
- dpkg-dev clang lld llvm bc libelf-dev
+ dpkg-dev clang lld llvm bc libelf-dev libssl-dev openssl
  bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso"
 # The headers of the kernel the nested test host boots, which our KVM
 # (kvm/build.sh) is built against.  When Debian has dropped that ABI, the

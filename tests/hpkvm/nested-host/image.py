@@ -728,15 +728,16 @@ def build_kvm(build, kver):
 
 
 @_exclusive
-def build_kernel(build, kver, arch="x86_64"):
+def build_kernel(build, kver, arch="x86_64", config="tiny"):
     """Our kernel (kvm/build-kernel.sh): Debian's source for @kver with our
-    series, everything built in; its bzImage, or on aarch64 its Image.
-    Built once per process (the script itself rebuilds only when an input
-    changed)."""
+    series, everything built in, configured over tinyconfig or, with
+    @config "debian" (x86), with Debian's own config; its bzImage, or on
+    aarch64 its Image.  Built once per process (the script itself
+    rebuilds only when an input changed)."""
     karch, name = ("arm64", "Image") if arch == "aarch64" else \
         (None, "bzImage")
     return os.path.join(_run_kvm_script("build-kernel.sh", build, kver,
-                                        "kernel", karch), name)
+                                        "kernel", karch, config), name)
 
 
 @_exclusive
@@ -748,21 +749,25 @@ def build_selftests(build, kver, arch):
                            "kvm-selftests", arch)
 
 
-# The (script, build, kver, arch) this process has run.
+# The (script, build, kver, arch, config) this process has run.
 _kvm_built = set()
 
 
-def _run_kvm_script(script, build, kver, subdir, arch=None):
-    """kvm/SCRIPT [--arch ARCH] KVER into build/SUBDIR/KVER[-ARCH], once
-    per process (each script rebuilds only what changed); that
+def _run_kvm_script(script, build, kver, subdir, arch=None, config="tiny"):
+    """kvm/SCRIPT [--arch ARCH] [--config CONFIG] KVER into
+    build/SUBDIR/KVER[-ARCH][-CONFIG] (CONFIG but the default "tiny"),
+    once per process (each script rebuilds only what changed); that
     directory."""
     outdir = os.path.join(build, "..", subdir,
-                          kver + (f"-{arch}" if arch else ""))
-    if (script, build, kver, arch) not in _kvm_built:
+                          kver + (f"-{arch}" if arch else "") +
+                          (f"-{config}" if config != "tiny" else ""))
+    key = (script, build, kver, arch, config)
+    if key not in _kvm_built:
         subprocess.run([os.path.join(REPO, "kvm", script),
-                        *(("--arch", arch) if arch else ()), kver, outdir],
-                       check=True)
-        _kvm_built.add((script, build, kver, arch))
+                        *(("--arch", arch) if arch else ()),
+                        *(("--config", config) if config != "tiny" else ()),
+                        kver, outdir], check=True)
+        _kvm_built.add(key)
     return outdir
 
 

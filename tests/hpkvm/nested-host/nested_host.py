@@ -151,11 +151,22 @@ def build_dir():
     return os.environ.get("HPKVM_BUILD", DEFAULT_BUILD)
 
 
+def whole_kernel_config(config=None):
+    """The configuration our whole kernel is built with: @config, else
+    $HPKVM_KERNEL_CONFIG, else "tiny" (make check's); "debian" is
+    Debian's own (make check-production-kernel's)."""
+    config = config or os.environ.get("HPKVM_KERNEL_CONFIG", "tiny")
+    if config not in ("tiny", "debian"):
+        raise ValueError(f"kernel config {config!r} "
+                         f"(HPKVM_KERNEL_CONFIG): 'tiny' or 'debian'")
+    return config
+
+
 def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         timeout=600, files=None, build=None, cache=None, kvm="hpkvm",
         libvirt=False, installed=False, append=(), arch="x86_64",
         gic=3, kernel="debian", kvm_amd="", linux_guest=False,
-        mttcg=False, our_modules=False):
+        mttcg=False, our_modules=False, kernel_config=None):
     """Boot the nested host, run script in it, return a Result.
 
     arch: "x86_64", or "aarch64" for the arm64 nested host: Debian's arm64
@@ -180,7 +191,9 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     kernel: "debian", Debian's kernel (with our KVM's modules if
     kvm="hpkvm", x86 only), or "hpkvm", our whole kernel
     (kvm/build-kernel.sh: our series, everything built in; kvm must be
-    "hpkvm");
+    "hpkvm"), configured over tinyconfig, or with Debian's own config
+    (kvm/build-kernel.sh --config debian: the production-config kernel)
+    if kernel_config, else $HPKVM_KERNEL_CONFIG, is "debian" (x86);
     cpus, mem: the nested host's vCPUs and memory (room for an L2 guest);
     iommu: emulated VT-d with interrupt remapping; "amd" (x86): the AMD
     IOMMU instead, with interrupt remapping, x2APIC and guest virtual
@@ -225,6 +238,10 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
         raise ValueError("the arm64 nested host has our KVM only in our "
                          "kernel: kvm='hpkvm' with kernel='hpkvm', or "
                          "kvm='stock' with kernel='debian'")
+    config = whole_kernel_config(kernel_config)
+    if arch == "aarch64" and kernel == "hpkvm" and config != "tiny":
+        raise ValueError("HPKVM_KERNEL_CONFIG: Debian's config is built "
+                         "for x86 only")
     if our_modules and (kvm != "stock" or arch != "x86_64"):
         raise ValueError("our_modules: with kvm='stock', on x86")
     if arch == "aarch64" and (libvirt or installed or linux_guest):
@@ -236,7 +253,7 @@ def run(script, cpus=2, mem="2G", iommu=True, vfs=0, vfio_vfs=0,
     vmlinuz, base = image.build_base(cache, kver, arch)
     pieces = [base]
     if kernel == "hpkvm":
-        vmlinuz = image.build_kernel(build, kver, arch)
+        vmlinuz = image.build_kernel(build, kver, arch, config)
     elif kvm == "hpkvm" or our_modules:
         pieces.append(image.build_kvm(build, kver))
     if our_modules:

@@ -181,6 +181,17 @@ def test(fn):
     return fn
 
 
+# The tests that boot our whole kernel (kernel="hpkvm"): what make
+# check-production-kernel runs again on our kernel built with Debian's
+# config (nested_host.whole_kernel_config()).
+whole_kernel_tests = []
+
+
+def whole_kernel(fn):
+    whole_kernel_tests.append(fn)
+    return fn
+
+
 def lines_with(output, prefix):
     return [line[len(prefix):] for line in output.splitlines()
             if line.startswith(prefix)]
@@ -857,6 +868,7 @@ wait_qemu
 
 
 @test
+@whole_kernel
 def our_whole_kernel_runs_stock_guests_and_grants_exclusive_cores():
     """kvm/build-kernel.sh's kernel: Debian's source with our series,
     built whole from kvm/kernel.config, booted instead of Debian's (no
@@ -927,6 +939,7 @@ def tsc_rates_khz(res):
 
 
 @test
+@whole_kernel
 def our_whole_kernels_kvm_takes_the_refined_tsc_rate():
     """Our whole kernel's KVM is built in and starts before Linux
     refines its TSC calibration.  Where the first estimate is off by
@@ -1204,6 +1217,7 @@ def own_placement(info):
 
 
 @test
+@whole_kernel
 def our_kvm_gives_a_bound_vcpu_its_cores_timer_without_exits():
     """irq- and timer-passthrough granted by our kernel without AVIC: the
     vCPU runs with its core's APIC (arch/x86/kvm/hpkvm.c), its one-shot
@@ -1286,6 +1300,7 @@ OWN_CR8_ROUNDS = 1000
 
 
 @test
+@whole_kernel
 def our_kvm_keeps_an_owned_vcpus_timer_registers_and_priority():
     """What a guest that owns its core's APIC sees of its timer and its
     priority, against -accel kvm in the same boot.
@@ -1325,6 +1340,7 @@ def our_kvm_keeps_an_owned_vcpus_timer_registers_and_priority():
 
 
 @test
+@whole_kernel
 def our_kvm_keeps_the_host_alive_beside_a_wedging_guest_that_owns_its_apic():
     """The wedging guest given its core's APIC (irq- and
     timer-passthrough without AVIC, on our whole kernel): every interrupt
@@ -1366,6 +1382,7 @@ def receivers_exits_per_op(w):
 
 
 @test
+@whole_kernel
 def a_linux_smp_guest_owns_its_cores_apics_and_passes_its_workloads():
     """Debian's kernel as an SMP guest (3 vCPUs, tests/hpkvm/guest-linux:
     a guest and workloads we did not write) on our whole kernel, under
@@ -1401,6 +1418,7 @@ def a_linux_smp_guest_owns_its_cores_apics_and_passes_its_workloads():
 
 
 @test
+@whole_kernel
 def our_kvm_routes_no_device_interrupt_to_a_core_a_guest_owns():
     """While a guest owns its core's APIC (irq- and timer-passthrough
     without AVIC), every interrupt that reaches the core is the guest's:
@@ -1455,6 +1473,7 @@ echo 0-1 > $aff
 
 
 @test
+@whole_kernel
 def root_moves_a_bound_vcpu_and_the_kernel_stops_it_until_pinned_back():
     """Binding takes no thread from root: a bound vCPU thread moved off
     its core (taskset, as root) moves, while its guest runs with
@@ -1570,6 +1589,7 @@ move_and_back owned ,irq-passthrough=on,timer-passthrough=on
 
 
 @test
+@whole_kernel
 def a_hundred_vms_bound_after_the_first_patch_no_kernel_text():
     """Our kernel enables its static key (hpkvm_claims) at the first
     claim of a core's APIC and never disables it: after a first VM, 100
@@ -3378,17 +3398,26 @@ sed 's/^/helper-log: /' $HELPER_LOG
 def main():
     """All tests once, as make check runs them; or, for a soak, the tests
     whose names contain one of NAMES (as TAP prints them), each --repeat
-    times, with multi-threaded TCG in the nested host if --mttcg."""
+    times, with multi-threaded TCG in the nested host if --mttcg; with
+    --kernel-config, only those that boot our whole kernel, on it built
+    that way."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("names", nargs="*", metavar="NAME")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--mttcg", action="store_true",
                     help="the nested host on multi-threaded TCG "
                          "(nested_host.run's mttcg)")
+    ap.add_argument("--kernel-config", choices=("tiny", "debian"),
+                    help="only the tests that boot our whole kernel, "
+                         "built with this config (debian: Debian's own, "
+                         "the production-config kernel)")
     args = ap.parse_args()
     if args.mttcg:
         os.environ["HPKVM_NESTED_MTTCG"] = "1"
-    chosen = [fn for fn in tests
+    if args.kernel_config:
+        os.environ["HPKVM_KERNEL_CONFIG"] = args.kernel_config
+    chosen = [fn for fn in (whole_kernel_tests if args.kernel_config
+                            else tests)
               if not args.names or
               any(n in fn.__name__.replace("_", "-") for n in args.names)]
     if not chosen:
