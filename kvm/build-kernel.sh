@@ -122,10 +122,12 @@ vfio_pci_core vfio_pci veth ata_piix sr_mod cdrom isofs"
 kernel_config_tiny() {
     local missing
 
-    make -C "$1" "${kmake[@]}" tinyconfig >> "$log" 2>&1
-    "$1/scripts/kconfig/merge_config.sh" -m -O "$1" "$1/.config" \
-        "${fragments[@]}" >> "$log" 2>&1
-    make -C "$1" "${kmake[@]}" olddefconfig >> "$log" 2>&1
+    {
+        make -C "$1" "${kmake[@]}" tinyconfig &&
+        "$1/scripts/kconfig/merge_config.sh" -m -O "$1" "$1/.config" \
+            "${fragments[@]}" &&
+        make -C "$1" "${kmake[@]}" olddefconfig
+    } >> "$log" 2>&1 || die "configuring over tinyconfig failed; see $log"
     missing=$(cat "${fragments[@]}" | grep '^CONFIG_.*=y$' |
               grep -vxF -f "$1/.config" || true)
     [ -z "$missing" ] ||
