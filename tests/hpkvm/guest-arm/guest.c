@@ -23,6 +23,10 @@
  *   hold=1          after the PASS line, wait with interrupts masked
  *                   instead of powering off, so the host can read
  *                   statistics first
+ *   hold=2          likewise, but spin instead of waiting in WFI: the
+ *                   boot CPU then never exits to its host by itself, so
+ *                   only the host's own interrupts bring it back to KVM
+ *                   (as the x86 guest's wedge=)
  *
  * It brings up every secondary CPU with PSCI CPU_ON, takes virtual timer
  * interrupts (PPI 27) on the boot CPU, and bounces SGIs between the boot
@@ -252,12 +256,17 @@ static void route_vf_msi(void)
     put("\n");
 }
 
-/* Masked and in WFI for good: nothing ends the run but the host. */
-static void __attribute__((noreturn)) hold(void)
+/*
+ * Masked and in WFI for good (@spin: spinning, without WFI's trap):
+ * nothing ends the run but the host.
+ */
+static void __attribute__((noreturn)) hold(bool spin)
 {
     asm volatile("msr daifset, #0xf" : : : "memory");
     for (;;) {
-        asm volatile("wfi");
+        if (!spin) {
+            asm volatile("wfi");
+        }
     }
 }
 
@@ -562,7 +571,7 @@ void guest_main(void)
     put("\n");
     fw_cfg_uint(HOLD_OPTION, &hold_on);
     if (hold_on) {
-        hold();
+        hold(hold_on == 2);
     }
     power_off();
 }

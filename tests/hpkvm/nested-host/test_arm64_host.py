@@ -537,7 +537,9 @@ def our_arm64_kernel_keeps_the_contract_and_grants_cores_and_nohz():
     dynamic-nohz granted by the kernel (contract 2); while the guest
     waits in WFI the bound cores' timer all but stops; root then moves
     each vCPU thread off its core and the kernel runs neither again (the
-    VM pauses); plain -accel kvm guests pass on the same kernel."""
+    VM pauses), also when the vCPU spins in the guest and never returns
+    to QEMU (hold=2: the check at every guest entry in KVM's loop); plain
+    -accel kvm guests pass on the same kernel."""
     res = nested(TIMER_RATES + r"""
 echo "kernel: $(uname -r) $(cat /proc/sys/kernel/tainted)"
 hpkvm-contract-test --tap > /tmp/contract.log 2>&1
@@ -572,6 +574,33 @@ echo "moved-status: $(qmp-exec /tmp/qmp.sock query-status |
 qmp-exec /tmp/qmp.sock quit > /dev/null
 wait $qemu_pid
 echo "quit-status: $?"
+# Again with the boot vCPU spinning, interrupts masked (hold=2): it
+# never leaves the guest by itself, so the move's IPI brings it back to
+# KVM's run loop, whose check at the next entry stops it without a
+# return to QEMU first (no stop/cont this time).
+start_qemu -accel hpkvm,$leased,exclusive-cores=on,dynamic-nohz=on \
+    -smp 2 -fw_cfg name=opt/org.hpkvm/hold,string=2 || exit 1
+run_to_result 600
+sed 's/^/spin-serial: /' /tmp/serial.log | tr -d '\r'
+sleep 1
+echo "spin-status: $(qmp-exec /tmp/qmp.sock query-status |
+    grep -o '"status": "[a-z-]*"')"
+for t in /proc/$qemu_pid/task/*; do
+    case "$(grep Cpus_allowed_list $t/status | cut -f2)" in
+    2|3) taskset -p -c 0 ${t##*/} > /dev/null 2>&1 ;;
+    esac
+done
+i=0
+until qmp-exec /tmp/qmp.sock query-status | grep -q '"paused"'; do
+    sleep 0.2; i=$((i + 1)); [ $i -gt 100 ] && break
+done
+echo "spin-moved-status: $(qmp-exec /tmp/qmp.sock query-status |
+    grep -o '"status": "[a-z-]*"')"
+echo "spin-moved-to: $(qmp-exec /tmp/qmp.sock '{"execute": "query-hpkvm"}' |
+    grep -o '"moved-to": "[^"]*"')"
+qmp-exec /tmp/qmp.sock quit > /dev/null
+wait $qemu_pid
+echo "spin-quit-status: $?"
 start_qemu -accel kvm -smp 2 || exit 1
 finish_qemu
 """, kvm="hpkvm", kernel="hpkvm", append=("nohz_full=2-3",))
@@ -610,6 +639,18 @@ finish_qemu
     assert lines_with(res.output, "moved-status: ") == \
         ['"status": "paused"'], res.output
     assert lines_with(res.output, "quit-status: ") == ["0"], res.output
+    # The spinning vCPU, moved while it runs, is stopped in KVM's loop.
+    assert any(line.startswith("hpkvm-arm-guest: PASS cpus=2 ")
+               for line in lines_with(res.output, "spin-serial: ")), \
+        res.output
+    assert lines_with(res.output, "spin-status: ") == \
+        ['"status": "running"'], res.output
+    assert lines_with(res.output, "spin-moved-status: ") == \
+        ['"status": "paused"'], \
+        f"the spinning vCPU ran on after its thread moved:\n{res.output}"
+    assert lines_with(res.output, "spin-moved-to: ")[0].startswith(
+        '"moved-to": "0"'), res.output
+    assert lines_with(res.output, "spin-quit-status: ") == ["0"], res.output
     windows = [[float(r) for r in line.split()]
                for line in lines_with(res.output, "timer-rates: ")]
     assert len(windows) == 3 and all(len(w) == 4 for w in windows), windows

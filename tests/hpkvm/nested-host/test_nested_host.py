@@ -1512,7 +1512,9 @@ move_and_back() {
     core=$(echo "$hp" | grep -o '"host-cpu": [0-9]*' | head -n 1 | cut -d' ' -f2)
     guest_cont
     wedged 1
-    # A manager's view: the event, on a monitor of its own.
+    # A manager's view: the event, on a monitor of its own, listening
+    # (its query-status answered) before the move.
+    rm -f /tmp/events.log
     qmp-exec -e HPKVM_VCPU_MOVED /tmp/events.sock query-status \
         > /tmp/events.log 2>&1 &
     events_pid=$!
