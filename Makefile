@@ -11,7 +11,7 @@
 #               ours, and the Bochs SVM case (about 1.5 hours)
 #   make check-production-kernel  the x86 nested host's tests of our
 #               whole kernel again, on it built with Debian's own config
-#               (the production-config kernel; ~35 min to build, cached)
+#               (the production-config kernel; ~22 min to build, cached)
 #   make install  install QEMU, its firmware and tools, hpkvm's tools and
 #               the helper's systemd units (./configure --prefix=, DESTDIR=)
 #   make deb    a Debian package of what "make install" installs
@@ -144,7 +144,7 @@ check-vmx: $(BUILD)/build.ninja configure
 		tests/hpkvm/nested-host/test_kvm_selftests.py vmx
 
 # Our whole kernel is built over tinyconfig for make check (9 min, where
-# Debian's config takes 35): this runs the tests that boot it again on
+# Debian's config takes 22): this runs the tests that boot it again on
 # it built with Debian's config, where a grant must hold as it does on
 # the kernel users run.
 check-production-kernel: $(BUILD)/build.ninja configure

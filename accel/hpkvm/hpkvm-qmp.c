@@ -95,11 +95,13 @@ static void hmp_info_placement(Monitor *mon, HpkvmInfo *info)
     }
     for (p = info->placement; p; p = p->next) {
         monitor_printf(mon, "vCPU %" PRId64 ": host core %" PRId64
-                       ", thread %" PRId64 "%s%s%s\n", p->value->cpu_index,
-                       p->value->host_cpu, p->value->thread_id,
-                       p->value->moved_to ? " moved to host cores " : "",
-                       p->value->moved_to ?: "",
-                       p->value->moved_to ? " (paused for it)" : "");
+                       ", thread %" PRId64, p->value->cpu_index,
+                       p->value->host_cpu, p->value->thread_id);
+        if (p->value->moved_to) {
+            monitor_printf(mon, " moved to host cores %s (paused for it)",
+                           p->value->moved_to);
+        }
+        monitor_printf(mon, "\n");
     }
     if (!iso) {
         return;

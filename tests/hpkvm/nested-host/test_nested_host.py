@@ -1530,6 +1530,8 @@ move_and_back() {
     done
     echo "$1-stopped: $(status)"
     echo "$1-query-moved: $(moved_to)"
+    echo "$1-info-moved: $(qmp-exec /tmp/qmp.sock '{"execute": "human-monitor-command", "arguments": {"command-line": "info hpkvm"}}' |
+        grep -o 'vCPU 0: [^\\]*')"
     wait $events_pid
     echo "$1-event: $(grep -o '"event": "HPKVM_VCPU_MOVED", "data": {[^}]*}' /tmp/events.log)"
     taskset -p -c $core $tid > /dev/null
@@ -1576,6 +1578,8 @@ move_and_back owned ,irq-passthrough=on,timer-passthrough=on
         # learns why from the event and from query-hpkvm.
         assert "kvm run failed" not in err, err
         assert one("query-moved") == '"moved-to": "0"', res.output
+        assert one("info-moved") == f"vCPU 0: host core {core}, thread " \
+            f"{tid} moved to host cores 0 (paused for it)", res.output
         event = json.loads("{" + one("event") + "}")["data"]
         assert event == {"cpu-index": 0, "host-cpu": core,
                          "thread-id": tid, "moved-to": "0"}, res.output
